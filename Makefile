@@ -1,0 +1,122 @@
+# dkvfs — one Makefile for the whole tree.
+#
+# The folder layout is the architecture: every folder below is a module with a
+# prefix, built into one static library, and programs are the files named
+# *_main.c.  Tests are tests/<module>/test_*.c, one Criterion binary each,
+# linked against that module and the modules below it.
+#
+#   make            build everything into build/   (installs missing deps first)
+#   make check      deps + build + every test (unit and mount-level)
+#   make mount MNT=DIR   deps + build + mount a volume on an embedded memory node
+#   make install    install the programs under $(PREFIX)
+#   make SANITIZE=address,undefined check   /   make SANITIZE=thread check
+
+CC       ?= cc
+PREFIX   ?= /usr/local
+BUILD    ?= build
+OPT      ?= -O2
+SANITIZE ?=
+DEPS     ?= 1
+MNT      ?= $(HOME)/dkvfs
+TESTS    ?=
+
+PKGS        := fuse3 libibverbs librdmacm criterion
+PKG_CFLAGS   = $(shell pkg-config --cflags fuse3 2>/dev/null)
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla \
+            -Wno-unused-parameter -Wmissing-prototypes
+CFLAGS   ?= $(OPT) -g
+ALL_CFLAGS = -std=gnu11 $(CFLAGS) $(WARN) -D_GNU_SOURCE -DFUSE_USE_VERSION=35 \
+             -I. $(PKG_CFLAGS) -MMD -MP -pthread
+LDFLAGS  ?=
+LDLIBS   := -lfuse3 -lrdmacm -libverbs -lpthread -lm
+comma := ,
+ifneq ($(SANITIZE),)
+ALL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS    += -fsanitize=$(SANITIZE)
+BUILD      := $(BUILD)-$(subst $(comma),-,$(SANITIZE))
+endif
+
+# Modules, lowest first.  A module's library links only against the ones
+# after it in its dependency list.
+MODULES := common net memnode engine fs mount
+DEPS_common  := common
+DEPS_net     := net common
+DEPS_memnode := memnode net common
+DEPS_engine  := engine memnode net common
+DEPS_fs      := fs engine memnode net common
+DEPS_mount   := mount fs engine memnode net common
+DEPS_tools   := fs engine memnode net common
+
+lib_srcs = $(filter-out %_main.c,$(wildcard $(1)/*.c))
+lib_objs = $(patsubst %.c,$(BUILD)/%.o,$(call lib_srcs,$(1)))
+libs_of  = $(foreach m,$(DEPS_$(1)),$(BUILD)/lib$(m).a)
+
+$(foreach m,$(MODULES),$(eval $(BUILD)/lib$(m).a: $(call lib_objs,$(m))))
+$(BUILD)/lib%.a:
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# Programs: NAME := module main-file(s)
+PROGRAMS := dkvfs mount.dkvfs dkvfs-memnode dkvfs-ctl dkvfs-bench
+SRC_dkvfs         := $(wildcard mount/dkvfs_main.c)
+MOD_dkvfs         := mount
+SRC_mount.dkvfs   := $(wildcard mount/mount_dkvfs_main.c)
+MOD_mount.dkvfs   := mount
+SRC_dkvfs-memnode := $(wildcard memnode/memnode_main.c)
+MOD_dkvfs-memnode := memnode
+SRC_dkvfs-ctl     := $(wildcard tools/ctl/*.c)
+MOD_dkvfs-ctl     := tools
+SRC_dkvfs-bench   := $(wildcard tools/bench/*.c)
+MOD_dkvfs-bench   := tools
+LDLIBS_dkvfs-bench := -lrocksdb
+
+define program
+$(BUILD)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(SRC_$(1))) $(call libs_of,$(MOD_$(1)))
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS_$(1)) $$(LDLIBS)
+endef
+$(foreach p,$(PROGRAMS),$(eval $(call program,$(p))))
+PROGRAM_BINS := $(foreach p,$(PROGRAMS),$(if $(SRC_$(p)),$(BUILD)/$(p)))
+
+# Tests: tests/<module>/test_*.c -> $(BUILD)/tests/<module>/test_*
+TEST_SRCS := $(wildcard tests/*/test_*.c)
+TEST_BINS := $(patsubst %.c,$(BUILD)/%,$(TEST_SRCS))
+TEST_HELPERS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/helpers/*.c))
+define testbin
+$(BUILD)/tests/$(1)/%: $(BUILD)/tests/$(1)/%.o $(TEST_HELPERS) $(call libs_of,$(if $(DEPS_$(1)),$(1),mount))
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ -lcriterion $$(LDLIBS)
+endef
+$(foreach m,$(sort $(notdir $(wildcard tests/*))),$(eval $(call testbin,$(m))))
+.SECONDARY:
+
+.PHONY: all deps check test mount install clean format
+all: $(PROGRAM_BINS) $(TEST_BINS)
+
+deps:
+ifeq ($(DEPS),1)
+	@scripts/deps.sh
+endif
+
+check: all
+	@BUILD=$(BUILD) scripts/run-tests.sh $(TESTS)
+test: check
+
+mount: all
+	@scripts/mount.sh "$(MNT)" $(BUILD)
+
+install: $(PROGRAM_BINS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/sbin
+	install -m 755 $(BUILD)/dkvfs $(BUILD)/dkvfs-memnode $(BUILD)/dkvfs-ctl $(BUILD)/dkvfs-bench $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/mount.dkvfs $(DESTDIR)/sbin/
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

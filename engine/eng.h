@@ -1,0 +1,154 @@
+/* engine/eng.h — the dkvfs storage engine: an LSM tree whose SSTables live in
+ * memory-node DRAM (dLSM split).  This header is the manual.
+ *
+ * The compute side (this library) holds memtables, LSM metadata (versions),
+ * and each table's index and bloom filter; SSTables, the write-ahead log and
+ * the manifest live in memory-node memory, so a new process recovers the
+ * volume from the memory node alone (see docs/durability.md).
+ *
+ * Life cycle:  eng_options_init -> eng_open -> (put/get/write/iter...)* -> eng_close
+ *
+ * Keys are byte strings of 1..ENG_KEY_MAX bytes compared with memcmp (shorter
+ * first on a tie); values are 0..ENG_VALUE_MAX bytes.
+ *
+ * Errors (negative): -EINVAL (bad argument, key/value too long: -ENAMETOOLONG
+ * for keys, -EFBIG for values), -ENOENT (get: no such key), -ENOSPC (memory
+ * node full; nothing stored is harmed), -EIO / -ETIMEDOUT (memory node
+ * unreachable past the timeout; later calls reconnect), -DKV_E_CORRUPT
+ * (checksum mismatch, logged with the table), -DKV_E_LEASE (volume open
+ * elsewhere), -EROFS (read-only open), -ENOMEM.
+ *
+ * Threads: an eng_db is fully thread safe.  An eng_iter belongs to one thread
+ * at a time.  Snapshots may be shared.  Write durability: a write returns
+ * after its batch is in the memtable and, unless disable_wal, appended to the
+ * WAL in memory-node memory (with sync: also msync'ed on a file-backed node).
+ */
+#ifndef DKV_ENG_H
+#define DKV_ENG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/net.h"
+
+#define ENG_KEY_MAX   (8u << 10)  /* 8 KiB */
+#define ENG_VALUE_MAX (4u << 20)  /* 4 MiB */
+
+typedef struct eng_db eng_db;
+typedef struct eng_batch eng_batch;
+typedef struct eng_iter eng_iter;
+typedef struct eng_snapshot eng_snapshot;
+
+enum eng_compaction_mode {
+	ENG_COMPACTION_MEMNODE = 0, /* near-data: merged on the memory node (default) */
+	ENG_COMPACTION_COMPUTE,     /* inputs pulled and merged here (for measurement) */
+	ENG_COMPACTION_OFF,         /* tables stay in level 0 */
+};
+
+struct eng_options {
+	const char *memnode;        /* "HOST:PORT[+HOST:PORT...]" or "unix:PATH"; required */
+	enum net_kind transport;    /* default NET_AUTO */
+	const char *volume;         /* default "default" */
+	const void *token;          /* default none */
+	size_t token_len;
+	bool create_if_missing;     /* default true */
+	bool read_only;             /* default false: takes the writer lease */
+	size_t memtable_size;       /* bytes per memtable, default 64 MiB */
+	int max_immutables;         /* immutable memtables before writers stall, default 4 */
+	size_t slab_size;           /* bytes per slab asked of the memory node, default 64 MiB */
+	int op_timeout_ms;          /* default 5000 */
+	int bloom_bits_per_key;     /* default 10 */
+	enum eng_compaction_mode compaction;
+	/* compaction knobs (see docs/compaction.md) */
+	int l0_compaction_trigger;  /* default 4 */
+	int l0_slowdown_trigger;    /* default 12 */
+	int l0_stop_trigger;        /* default 20 */
+	uint64_t l1_target_bytes;   /* default 256 MiB */
+	int level_size_ratio;       /* default 10 */
+	uint64_t target_table_bytes;/* default 32 MiB */
+};
+void eng_options_init(struct eng_options *o);
+
+/* Open (recovering memtables from the WAL).  *out only on success. */
+int eng_open(const struct eng_options *o, eng_db **out);
+/* Flush nothing extra but make every returned write durable (WAL synced),
+ * release the lease, free all.  Returns the first error seen.  NULL ok. */
+int eng_close(eng_db *db);
+
+struct eng_write_opts {
+	bool sync;        /* also make the WAL durable against power loss */
+	bool disable_wal; /* do not log: lost on a crash before flush */
+};
+struct eng_read_opts {
+	const eng_snapshot *snapshot; /* NULL: latest */
+};
+
+int eng_put(eng_db *db, const struct eng_write_opts *wo, const void *key, size_t klen,
+	    const void *val, size_t vlen);
+int eng_delete(eng_db *db, const struct eng_write_opts *wo, const void *key, size_t klen);
+
+/* Atomic batches: all or nothing, visible at once. */
+eng_batch *eng_batch_create(void); /* NULL on ENOMEM */
+void eng_batch_destroy(eng_batch *b); /* NULL ok */
+int eng_batch_put(eng_batch *b, const void *key, size_t klen, const void *val, size_t vlen);
+int eng_batch_delete(eng_batch *b, const void *key, size_t klen);
+void eng_batch_clear(eng_batch *b);
+size_t eng_batch_count(const eng_batch *b);
+size_t eng_batch_bytes(const eng_batch *b);
+int eng_write(eng_db *db, const struct eng_write_opts *wo, const eng_batch *b);
+
+/* Point lookup.  On success *val is malloc'ed (caller frees; NULL when vlen
+ * is 0 is allowed) and *vlen set.  -ENOENT when absent or deleted. */
+int eng_get(eng_db *db, const struct eng_read_opts *ro, const void *key, size_t klen,
+	    void **val, size_t *vlen);
+
+/* Snapshots: a consistent view that compaction never destroys. */
+const eng_snapshot *eng_snapshot_create(eng_db *db);
+void eng_snapshot_release(eng_db *db, const eng_snapshot *s);
+
+/* Iterators over [lower, upper) (either may be NULL: unbounded).  They pin
+ * the version they started on.  Movement functions return <0 error, 0 on an
+ * item, >0 past the end.  key/value stay valid until the next movement. */
+int eng_iter_create(eng_db *db, const struct eng_read_opts *ro, const void *lower, size_t llen,
+		    const void *upper, size_t ulen, eng_iter **out);
+int eng_iter_seek(eng_iter *it, const void *key, size_t klen);      /* first >= key */
+int eng_iter_seek_for_prev(eng_iter *it, const void *key, size_t klen); /* last <= key */
+int eng_iter_first(eng_iter *it);
+int eng_iter_last(eng_iter *it);
+int eng_iter_next(eng_iter *it);
+int eng_iter_prev(eng_iter *it);
+const void *eng_iter_key(const eng_iter *it, size_t *klen);
+const void *eng_iter_value(const eng_iter *it, size_t *vlen);
+void eng_iter_destroy(eng_iter *it); /* NULL ok */
+
+/* Turn the memtables into SSTables and wait for it. */
+int eng_flush(eng_db *db);
+/* Make every write so far durable (WAL in memory-node memory, msync'ed). */
+int eng_sync(eng_db *db);
+/* Compact everything into the last level and wait (dkvfs-ctl compact). */
+int eng_compact_all(eng_db *db);
+
+struct eng_stats {
+	uint64_t puts, deletes, gets, get_hits, iter_seeks, batches;
+	uint64_t user_bytes_written;      /* keys + values handed to put/write */
+	uint64_t net_bytes_sent, net_bytes_recv;
+	uint64_t remote_reads, remote_read_bytes; /* one-sided READs for lookups/scans */
+	uint64_t lookup_remote_reads, lookup_remote_read_bytes; /* point lookups only */
+	uint64_t flushes, flush_bytes;
+	uint64_t wal_bytes, wal_syncs;
+	uint64_t stalls, stall_us;
+	uint64_t compactions, compaction_bytes_read, compaction_bytes_written; /* merged, both sides */
+	uint64_t compaction_net_bytes;    /* bytes compaction moved over the transport */
+	uint64_t memtable_bytes, immutables;
+	uint64_t tables, table_bytes, live_keys_estimate;
+	uint64_t tables_per_level[8];
+	uint64_t index_cache_bytes;       /* compute memory for cached indexes + filters */
+	uint64_t index_cache_keys;        /* keys those cover */
+	uint64_t node_capacity, node_used; /* memory node(s) behind the volume */
+};
+int eng_stats(eng_db *db, struct eng_stats *st);
+/* Capacity and use of the memory node(s), for statfs. */
+int eng_space(eng_db *db, uint64_t *capacity, uint64_t *used);
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Run every Criterion test binary under $BUILD/tests (or the ones named on the
+# command line, e.g. `make check TESTS=net/test_tcp`), each with a time limit,
+# and close with one summary line "N passed, N failed".
+set -uo pipefail
+BUILD=${BUILD:-build}
+LIMIT=${TEST_TIME_LIMIT:-600}
+
+if [ $# -gt 0 ]; then
+	bins=(); for t in "$@"; do bins+=("$BUILD/tests/$t"); done
+else
+	mapfile -t bins < <(find "$BUILD/tests" -type f -name 'test_*' -perm -u+x | sort)
+fi
+[ ${#bins[@]} -gt 0 ] || { echo "run-tests: no test binaries under $BUILD/tests" >&2; exit 1; }
+
+passed=0 failed=0 bad=()
+for b in "${bins[@]}"; do
+	name=${b#"$BUILD/tests/"}
+	log=$(mktemp)
+	start=$(date +%s)
+	timeout -k 10 "$LIMIT" "$b" >"$log" 2>&1
+	rc=$?
+	secs=$(( $(date +%s) - start ))
+	syn=$(grep -a 'Synthesis:' "$log" | tail -n 1)
+	t=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$syn")
+	p=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$syn")
+	t=${t:-0} p=${p:-0}
+	f=$(( t - p ))
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed or timed out outside a test
+	passed=$((passed + p)) failed=$((failed + f))
+	if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
+		bad+=("$name")
+		echo "FAIL $name (rc=$rc, ${secs}s)"; grep -a -v '^\[----\] *$' "$log" | tail -n 60
+	else
+		echo "ok   $name: $p tests (${secs}s)"
+	fi
+	rm -f "$log"
+done
+[ ${#bad[@]} -eq 0 ] || echo "failed binaries: ${bad[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
