@@ -82,6 +82,10 @@ extern const struct net_ops net_tcp_ops;
 extern const struct net_ops net_local_ops;
 extern const struct net_ops net_rdma_ops;
 
+/* True when libibverbs lists at least one RDMA device (net_rdma.c).  Cheap
+ * enough for net_kind_resolve(); logs nothing. */
+bool net_rdma_available(void);
+
 /* Defaults for zero fields of net_conn_opts. */
 void net_conn_opts_fill(struct net_conn_opts *dst, const struct net_conn_opts *src);
 /* Split "HOST:PORT" (IPv6 as "[::1]:PORT").  0 or -EINVAL. */
