@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# scripts/bench-fs.sh — dkvfs against tmpfs with real shell tools, same run.
+#
+# Mounts dkvfs with an embedded memory node (its data_dir in /dev/shm, so both
+# sides live in DRAM) and runs every step on the mount and on a tmpfs
+# directory, printing one line per step:
+#
+#   RESULT bench=fs_STEP dkvfs=X tmpfs=Y ratio=X/Y unit=UNIT
+#
+#   fs_cp_small     cp -r of NSMALL (20000) files of 4 KiB in 20 dirs   files_per_sec
+#   fs_cp_big       cp of one BIG_MB (1024) MiB file                     mb_per_sec
+#   fs_read_big     cat of that file to /dev/null (caches dropped)       mb_per_sec
+#   fs_ls_l_10k     ls -l of a directory of NWIDE (10000) entries        ms
+#   fs_find         find -type f over the fs_cp_small tree               ms
+#   fs_bulk_create  cp -r of NBULK (1000000) empty files, 1000 dirs      files_per_sec
+#   fs_ls_10_in_1m  ls of a 10-entry directory beside the bulk tree      ms
+#   fs_ls_root_1m   ls of the root whose sibling holds the bulk tree     ms
+#
+# Before each read-side step the kernel's page, dentry and inode caches are
+# dropped (as root) so dkvfs is measured, not the kernel cache; tmpfs keeps
+# its data in the page cache by nature.  The big file is compared with cmp
+# after the timed read (not timed).
+#
+# Environment: BUILD (build), NSMALL, NWIDE, NBULK, BIG_MB, BULK_JOBS (4
+# parallel cp for the bulk create), DKVFS_OPTS (extra -o options for the
+# mount, default memnode_size=8G), STEP_LIMIT (seconds per step, default
+# 900).  Always unmounts and removes its directories, also on failure or ^C.
+set -uo pipefail
+BUILD=${BUILD:-build}
+NSMALL=${NSMALL:-20000}
+NWIDE=${NWIDE:-10000}
+NBULK=${NBULK:-1000000}
+BIG_MB=${BIG_MB:-1024}
+BULK_JOBS=${BULK_JOBS:-4}
+STEP_LIMIT=${STEP_LIMIT:-900}
+DKVFS_OPTS=${DKVFS_OPTS-memnode_size=8G}
+
+DKVFS=$BUILD/dkvfs
+[ -x "$DKVFS" ] || { echo "bench-fs: $DKVFS not built (make BUILD=$BUILD $DKVFS)" >&2; exit 1; }
+DKVFS=$(readlink -f "$DKVFS")
+
+BASE=$(mktemp -d /dev/shm/dkvfs-bench-fs.XXXXXX)
+SRC=$BASE/src          # source trees (tmpfs)
+TMP=$BASE/tmpfs        # the tmpfs side
+DATA=$BASE/data        # dkvfs data_dir (embedded memory node region)
+MNT=$(mktemp -d /tmp/dkvfs-bench-mnt.XXXXXX)
+mkdir -p "$SRC" "$TMP" "$DATA"
+DPID=
+r=()
+
+cleanup() {
+	trap - EXIT INT TERM
+	if mountpoint -q "$MNT" 2>/dev/null; then
+		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT" 2>/dev/null
+	fi
+	if [ -n "$DPID" ]; then
+		# The daemon flushes and exits after the unmount; give it a bound.
+		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+		kill -TERM "$DPID" 2>/dev/null
+		for _ in $(seq 50); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$DPID" 2>/dev/null
+	fi
+	rmdir "$MNT" 2>/dev/null
+	rm -rf "$BASE"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+tmo() { timeout -k 5 "$STEP_LIMIT" "$@"; }
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+# result NAME UNIT DKVFS TMPFS
+result() {
+	awk -v n="$1" -v u="$2" -v d="$3" -v t="$4" 'BEGIN {
+		r = (t + 0 > 0) ? sprintf("%.3f", d / t) : "NA"
+		printf "RESULT bench=%s dkvfs=%s tmpfs=%s ratio=%s unit=%s\n", n, d, t, r, u }'
+}
+# rate COUNT T0 T1 -> COUNT per second;  ms T0 T1 -> milliseconds
+rate() { awk -v c="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.1f", c / (b - a) }'; }
+ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) * 1000 }'; }
+die() { echo "bench-fs: $*" >&2; exit 1; }
+
+# mount: start the daemon in the foreground (so we hold its pid) and wait
+# until the mount is there.
+opts="data_dir=$DATA${DKVFS_OPTS:+,$DKVFS_OPTS}"
+"$DKVFS" -f -o "$opts" "$MNT" 2>"$BASE/dkvfs.log" &
+DPID=$!
+for _ in $(seq 200); do
+	mountpoint -q "$MNT" && break
+	kill -0 "$DPID" 2>/dev/null || break
+	sleep 0.1
+done
+mountpoint -q "$MNT" || { cat "$BASE/dkvfs.log" >&2; die "dkvfs did not mount (opts $opts)"; }
+echo "# dkvfs mounted on $MNT (pid $DPID, -o $opts); tmpfs side $TMP" >&2
+
+# ---- sources (not timed) ----
+per_dir=$(( (NSMALL + 19) / 20 ))
+for d in $(seq -w 1 20); do
+	mkdir -p "$SRC/small/d$d"
+	head -c $((per_dir * 4096)) /dev/urandom | (cd "$SRC/small/d$d" && split -b 4096 -a 5 - f)
+done
+mkdir -p "$SRC/wide"
+head -c $((NWIDE * 16)) /dev/urandom | (cd "$SRC/wide" && split -b 16 -a 5 - w)
+head -c $((BIG_MB << 20)) /dev/urandom >"$SRC/big"
+nsmall=$(find "$SRC/small" -type f | wc -l)
+
+# ---- cp -r of the small files ----
+for side in "$MNT" "$TMP"; do
+	drop_caches
+	t0=$(now); tmo cp -r "$SRC/small" "$side/small" || die "cp -r small to $side failed"; t1=$(now)
+	r[${#r[@]}]=$(rate "$nsmall" "$t0" "$t1")
+done
+result fs_cp_small files_per_sec "${r[0]}" "${r[1]}"; r=()
+
+# ---- one big file ----
+for side in "$MNT" "$TMP"; do
+	drop_caches
+	t0=$(now); tmo cp "$SRC/big" "$side/big" || die "cp big to $side failed"; t1=$(now)
+	r[${#r[@]}]=$(rate "$BIG_MB" "$t0" "$t1")
+done
+result fs_cp_big mb_per_sec "${r[0]}" "${r[1]}"; r=()
+for side in "$MNT" "$TMP"; do
+	drop_caches
+	t0=$(now); tmo cat "$side/big" >/dev/null || die "reading $side/big failed"; t1=$(now)
+	r[${#r[@]}]=$(rate "$BIG_MB" "$t0" "$t1")
+done
+result fs_read_big mb_per_sec "${r[0]}" "${r[1]}"; r=()
+tmo cmp -s "$SRC/big" "$MNT/big" || echo "bench-fs: WARNING: $MNT/big differs from the source" >&2
+
+# ---- ls -l of a wide directory ----
+for side in "$MNT" "$TMP"; do
+	tmo cp -r "$SRC/wide" "$side/wide" || die "cp -r wide to $side failed"
+	drop_caches
+	t0=$(now); n=$(tmo ls -l "$side/wide" | wc -l); t1=$(now)
+	[ "$n" -eq $((NWIDE + 1)) ] || echo "bench-fs: WARNING: ls -l $side/wide: $n lines" >&2
+	r[${#r[@]}]=$(ms "$t0" "$t1")
+done
+result fs_ls_l_10k ms "${r[0]}" "${r[1]}"; r=()
+
+# ---- find over the small tree ----
+for side in "$MNT" "$TMP"; do
+	drop_caches
+	t0=$(now); n=$(tmo find "$side/small" -type f | wc -l); t1=$(now)
+	[ "$n" -eq "$nsmall" ] || echo "bench-fs: WARNING: find $side/small: $n files" >&2
+	r[${#r[@]}]=$(ms "$t0" "$t1")
+done
+result fs_find ms "${r[0]}" "${r[1]}"; r=()
+
+# ---- a volume holding NBULK keys, and a 10-entry directory beside them ----
+# The bulk tree is 1000 directories of NBULK/1000 empty files, copied by
+# BULK_JOBS parallel cp -r (the kernel and the daemon then work on both CPUs).
+ndirs=1000; [ "$NBULK" -lt 1000 ] && ndirs=$NBULK
+per=$(( (NBULK + ndirs - 1) / ndirs ))
+for i in $(seq -w 0 $((ndirs - 1))); do
+	mkdir -p "$SRC/bulk/b$i"
+	(cd "$SRC/bulk/b$i" && seq -f 'k%06g' 0 $((per - 1)) | xargs touch)
+done
+nbulk=$((ndirs * per))
+mkdir -p "$SRC/ten"
+for i in $(seq 0 9); do echo "$i" >"$SRC/ten/e$i"; done
+for side in "$MNT" "$TMP"; do
+	mkdir -p "$side/bulk"
+	t0=$(now)
+	(cd "$SRC/bulk" && ls | tmo xargs -P "$BULK_JOBS" -n 50 sh -c 'cp -r "$@" '"'$side/bulk/'" _) ||
+		die "bulk create on $side failed"
+	t1=$(now)
+	r[${#r[@]}]=$(rate "$nbulk" "$t0" "$t1")
+	cp -r "$SRC/ten" "$side/ten"
+done
+result fs_bulk_create files_per_sec "${r[0]}" "${r[1]}"; r=()
+for side in "$MNT" "$TMP"; do
+	drop_caches
+	t0=$(now); n=$(tmo ls "$side/ten" | wc -l); t1=$(now)
+	[ "$n" -eq 10 ] || echo "bench-fs: WARNING: ls $side/ten: $n entries" >&2
+	r[${#r[@]}]=$(ms "$t0" "$t1")
+done
+result fs_ls_10_in_1m ms "${r[0]}" "${r[1]}"; r=()
+for side in "$MNT" "$TMP"; do
+	drop_caches
+	t0=$(now); tmo ls "$side" >/dev/null; t1=$(now)
+	r[${#r[@]}]=$(ms "$t0" "$t1")
+done
+result fs_ls_root_1m ms "${r[0]}" "${r[1]}"; r=()
+echo "# done; unmounting" >&2
