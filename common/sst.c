@@ -1,0 +1,954 @@
+/* common/sst.c — SSTable builder, record codec, footer and cached index.
+ *
+ * The byte layout is documented in docs/sstable.md; in short:
+ *
+ *   data area   records back to back, sorted by internal key
+ *   index block header (16 B) then, per group of group_size records,
+ *               varint seplen | separator ikey | per record: u16 fp, varint len
+ *   filter      bloom filter over the distinct user keys (common/bloom.h)
+ *   meta block  table statistics and the smallest / largest internal keys
+ *   footer      SST_FOOTER_SIZE bytes at the very end, crc-protected
+ *
+ * The builder streams the data area out through the caller's emit callback
+ * (staged in a 64 KiB buffer so the callback sees few, large pieces), keeps
+ * the index bytes, the bloom hashes and the last key in memory, and emits the
+ * whole tail in one piece at finish().
+ *
+ * Separators: sep(0) is the empty user key; sep(g) for g > 0 is the shortest
+ * internal key s with last(g-1) < s <= first(g): the shortest prefix of
+ * first(g)'s user key that sorts after last(g-1)'s, with the trailer that
+ * makes it the smallest internal key of that prefix, or first(g) itself when
+ * no shorter prefix works (also when both records share the user key).  So a
+ * key's versions continue from group g-1 into g exactly when sep(g) has that
+ * user key — which is how lookups know to scan the next group.
+ */
+#include "common/sst.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bloom.h"
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/err.h"
+#include "common/ikey.h"
+#include "common/sst_int.h"
+
+#define SST_INDEX_HDR   16
+#define SST_META_FIXED  48
+#define SST_STAGE_SIZE  (64u << 10)
+
+/* Footer field offsets (docs/sstable.md). */
+enum {
+	FT_MAGIC = 0,
+	FT_VERSION = 8,
+	FT_FLAGS = 12,
+	FT_SIZE = 16,
+	FT_DATA_LEN = 24,
+	FT_INDEX_LEN = 32,
+	FT_FILTER_LEN = 40,
+	FT_META_LEN = 48,
+	FT_INDEX_CRC = 56,
+	FT_FILTER_CRC = 60,
+	FT_META_CRC = 64,
+	FT_GROUP_SIZE = 68,
+	FT_NRECORDS = 72,
+	FT_RESERVED = 80,
+	FT_CRC = 124,
+};
+_Static_assert(FT_CRC + 4 == SST_FOOTER_SIZE, "footer layout");
+_Static_assert(SST_GROUP_MAX <= 255, "group size is stored in one byte");
+
+/* ---- small growable byte buffer ---------------------------------------- */
+
+struct dbuf {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+static int dbuf_reserve(struct dbuf *b, size_t more)
+{
+	size_t ncap;
+	uint8_t *np;
+
+	if (b->len + more <= b->cap)
+		return 0;
+	ncap = b->cap ? b->cap : 256;
+	while (ncap < b->len + more)
+		ncap *= 2;
+	np = realloc(b->p, ncap);
+	if (!np)
+		return -ENOMEM;
+	b->p = np;
+	b->cap = ncap;
+	return 0;
+}
+
+static int dbuf_append(struct dbuf *b, const void *p, size_t n)
+{
+	int err = dbuf_reserve(b, n);
+
+	if (err)
+		return err;
+	if (n)
+		memcpy(b->p + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+static int dbuf_put_varint(struct dbuf *b, uint64_t v)
+{
+	int err = dbuf_reserve(b, 10);
+
+	if (err)
+		return err;
+	b->len += put_varint(b->p + b->len, v);
+	return 0;
+}
+
+static void dbuf_release(struct dbuf *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static uint16_t sst_fingerprint(const void *ukey, size_t ulen)
+{
+	/* A hash independent of the bloom filter's, so a bloom false positive
+	 * is not also a fingerprint match. */
+	uint32_t c = crc32c(ukey, ulen);
+
+	return (uint16_t)(c ^ (c >> 16));
+}
+
+size_t sst_record_size(size_t iklen, size_t vlen)
+{
+	return 4 + varint_len(iklen) + varint_len(vlen) + iklen + vlen;
+}
+
+void sst_meta_release(struct sst_meta *m)
+{
+	free(m->smallest);
+	free(m->largest);
+	m->smallest = m->largest = NULL;
+	m->smallest_len = m->largest_len = 0;
+}
+
+static uint8_t *dup_bytes(const void *p, size_t n)
+{
+	uint8_t *d = malloc(n ? n : 1);
+
+	if (d && n)
+		memcpy(d, p, n);
+	return d;
+}
+
+int sst_meta_copy(struct sst_meta *dst, const struct sst_meta *src)
+{
+	*dst = *src;
+	dst->smallest = dst->largest = NULL;
+	if (src->smallest) {
+		dst->smallest = dup_bytes(src->smallest, src->smallest_len);
+		if (!dst->smallest)
+			goto out_nomem;
+	}
+	if (src->largest) {
+		dst->largest = dup_bytes(src->largest, src->largest_len);
+		if (!dst->largest)
+			goto out_nomem;
+	}
+	return 0;
+
+out_nomem:
+	sst_meta_release(dst);
+	return -ENOMEM;
+}
+
+/* ---- records ----------------------------------------------------------- */
+
+int sst_record_decode(const void *p, size_t len, struct sst_record *rec)
+{
+	const uint8_t *b = p, *end = b + len, *q;
+	uint64_t iklen, vlen;
+	size_t hdr;
+
+	if (len < SST_RECORD_MIN)
+		return -EBADMSG;
+	q = get_varint(b + 4, end, &iklen);
+	if (!q)
+		return -EBADMSG;
+	q = get_varint(q, end, &vlen);
+	if (!q)
+		return -EBADMSG;
+	if (iklen < IKEY_TRAILER_LEN || iklen > SST_IKEY_MAX || vlen > SST_VALUE_MAX)
+		return -EBADMSG;
+	hdr = (size_t)(q - b);
+	if (iklen + vlen > len - hdr)
+		return -EBADMSG;
+	if (crc32c(b + 4, hdr - 4 + iklen + vlen) != get_u32(b))
+		return -DKV_E_CORRUPT;
+	if ((ikey_trailer(q, iklen) & 0xff) > IKEY_TYPE_MAX)
+		return -EBADMSG;
+	rec->ikey = q;
+	rec->iklen = iklen;
+	rec->value = q + iklen;
+	rec->vlen = vlen;
+	rec->size = hdr + iklen + vlen;
+	return 0;
+}
+
+/* ---- builder ----------------------------------------------------------- */
+
+struct sst_builder {
+	sst_emit_fn emit;
+	void *emit_ctx;
+	uint32_t group_size;
+	int err;              /* sticky: emit failure or ENOMEM */
+	bool done;            /* finish() was called */
+	uint64_t data_len;    /* data area so far, staged bytes included */
+	struct dbuf stage;    /* data not yet emitted (< SST_STAGE_SIZE) */
+	struct dbuf index;    /* index block body (after its header) */
+	struct dbuf last;     /* previous internal key */
+	struct dbuf first;    /* smallest internal key */
+	uint64_t nrecords, ndeletions, nukeys, min_seq, max_seq, key_bytes, value_bytes;
+	uint32_t ngroups;
+	struct bloom_builder bloom;
+};
+
+int sst_builder_create(const struct sst_builder_opts *o, struct sst_builder **out)
+{
+	struct sst_builder *b;
+	int bpk, gs;
+
+	if (!o || !o->emit || o->group_size < 0 || o->group_size > SST_GROUP_MAX)
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	bpk = o->bits_per_key ? o->bits_per_key : BLOOM_DEFAULT_BITS_PER_KEY;
+	gs = o->group_size ? o->group_size : SST_GROUP_DEFAULT;
+	b->emit = o->emit;
+	b->emit_ctx = o->emit_ctx;
+	b->group_size = (uint32_t)gs;
+	bloom_builder_init(&b->bloom, bpk);
+	if (dbuf_reserve(&b->stage, SST_STAGE_SIZE)) {
+		free(b);
+		return -ENOMEM;
+	}
+	*out = b;
+	return 0;
+}
+
+void sst_builder_destroy(struct sst_builder *b)
+{
+	if (!b)
+		return;
+	dbuf_release(&b->stage);
+	dbuf_release(&b->index);
+	dbuf_release(&b->last);
+	dbuf_release(&b->first);
+	bloom_builder_release(&b->bloom);
+	free(b);
+}
+
+static int builder_fail(struct sst_builder *b, int err)
+{
+	if (!b->err)
+		b->err = err;
+	return b->err;
+}
+
+static int builder_flush(struct sst_builder *b)
+{
+	int err;
+
+	if (!b->stage.len)
+		return 0;
+	err = b->emit(b->emit_ctx, b->stage.p, b->stage.len);
+	b->stage.len = 0;
+	return err < 0 ? builder_fail(b, err) : 0;
+}
+
+/* Append data-area bytes: staged when small, passed straight through when
+ * they would not fit the stage anyway (large values are not copied twice). */
+static int builder_put(struct sst_builder *b, const void *p, size_t n)
+{
+	int err;
+
+	if (b->stage.len + n <= SST_STAGE_SIZE) {
+		memcpy(b->stage.p + b->stage.len, p, n);
+		b->stage.len += n;
+		return 0;
+	}
+	err = builder_flush(b);
+	if (err)
+		return err;
+	if (n <= SST_STAGE_SIZE / 2) {
+		memcpy(b->stage.p, p, n);
+		b->stage.len = n;
+		return 0;
+	}
+	err = b->emit(b->emit_ctx, p, n);
+	return err < 0 ? builder_fail(b, err) : 0;
+}
+
+/* Append group g's separator for a group starting with ikey. */
+static int builder_add_sep(struct sst_builder *b, const uint8_t *ik, size_t iklen)
+{
+	uint8_t trailer[IKEY_TRAILER_LEN];
+	size_t fl = iklen - IKEY_TRAILER_LEN, pl, p = 0;
+	const uint8_t *pu = b->last.p;
+	int err;
+
+	if (b->ngroups == 0) {
+		/* Group 0: the empty user key, the smallest separator there is. */
+		put_u64(trailer, ikey_pack(IKEY_SEQ_MAX, IKEY_TYPE_SEEK));
+		err = dbuf_put_varint(&b->index, IKEY_TRAILER_LEN);
+		return err ? err : dbuf_append(&b->index, trailer, sizeof(trailer));
+	}
+	pl = b->last.len - IKEY_TRAILER_LEN;
+	while (p < pl && p < fl && pu[p] == ik[p])
+		p++;
+	if (p + 1 >= fl) {
+		/* No shorter prefix separates them (or same user key): first(g). */
+		err = dbuf_put_varint(&b->index, iklen);
+		return err ? err : dbuf_append(&b->index, ik, iklen);
+	}
+	/* ik[0..p] differs from (or extends) the previous user key at p. */
+	put_u64(trailer, ikey_pack(IKEY_SEQ_MAX, IKEY_TYPE_SEEK));
+	err = dbuf_put_varint(&b->index, p + 1 + IKEY_TRAILER_LEN);
+	if (!err)
+		err = dbuf_append(&b->index, ik, p + 1);
+	return err ? err : dbuf_append(&b->index, trailer, sizeof(trailer));
+}
+
+int sst_builder_add(struct sst_builder *b, const void *ikey, size_t iklen, const void *val,
+		    size_t vlen)
+{
+	uint8_t hdr[4 + 20], fpb[2];
+	struct ikey_parsed pk;
+	bool new_ukey;
+	size_t hl;
+	uint32_t crc;
+	int err;
+
+	if (b->err)
+		return b->err;
+	if (b->done || iklen > SST_IKEY_MAX || vlen > SST_VALUE_MAX ||
+	    ikey_parse(ikey, iklen, &pk) || (vlen && !val) || b->nrecords >= UINT32_MAX - 1)
+		return -EINVAL;
+	if (b->nrecords && ikey_cmp(b->last.p, b->last.len, ikey, iklen) >= 0)
+		return -EINVAL;
+	new_ukey = !b->nrecords ||
+		   ikey_ukey_cmp(b->last.p, b->last.len, pk.ukey, pk.ulen) != 0;
+
+	/* Index first (it may fail with ENOMEM before anything is emitted). */
+	if (b->nrecords % b->group_size == 0) {
+		err = builder_add_sep(b, ikey, iklen);
+		if (err)
+			return builder_fail(b, err);
+		b->ngroups++;
+	}
+	put_u16(fpb, sst_fingerprint(pk.ukey, pk.ulen));
+	err = dbuf_append(&b->index, fpb, 2);
+	if (!err)
+		err = dbuf_put_varint(&b->index, sst_record_size(iklen, vlen));
+	if (!err && new_ukey)
+		err = bloom_builder_add(&b->bloom, pk.ukey, pk.ulen);
+	if (!err && !b->nrecords)
+		err = dbuf_append(&b->first, ikey, iklen);
+	if (err)
+		return builder_fail(b, err);
+
+	/* The record: crc over everything after it. */
+	hl = 4;
+	hl += put_varint(hdr + hl, iklen);
+	hl += put_varint(hdr + hl, vlen);
+	crc = crc32c_extend(0, hdr + 4, hl - 4);
+	crc = crc32c_extend(crc, ikey, iklen);
+	crc = crc32c_extend(crc, val, vlen);
+	put_u32(hdr, crc);
+	err = builder_put(b, hdr, hl);
+	if (!err)
+		err = builder_put(b, ikey, iklen);
+	if (!err && vlen)
+		err = builder_put(b, val, vlen);
+	if (err)
+		return err;
+
+	b->last.len = 0;
+	err = dbuf_append(&b->last, ikey, iklen);
+	if (err)
+		return builder_fail(b, err);
+	b->data_len += hl + iklen + vlen;
+	if (!b->nrecords || pk.seq < b->min_seq)
+		b->min_seq = pk.seq;
+	if (!b->nrecords || pk.seq > b->max_seq)
+		b->max_seq = pk.seq;
+	b->nrecords++;
+	b->ndeletions += pk.type == IKEY_DELETION;
+	b->nukeys += new_ukey;
+	b->key_bytes += iklen;
+	b->value_bytes += vlen;
+	return 0;
+}
+
+uint64_t sst_builder_count(const struct sst_builder *b)
+{
+	return b->nrecords;
+}
+
+uint64_t sst_builder_data_size(const struct sst_builder *b)
+{
+	return b->data_len;
+}
+
+static size_t builder_meta_len(const struct sst_builder *b)
+{
+	return SST_META_FIXED + varint_len(b->first.len) + b->first.len +
+	       varint_len(b->last.len) + b->last.len;
+}
+
+uint64_t sst_builder_estimate(const struct sst_builder *b)
+{
+	return b->data_len + SST_INDEX_HDR + b->index.len + bloom_builder_size(&b->bloom) +
+	       builder_meta_len(b) + SST_FOOTER_SIZE;
+}
+
+static void encode_footer(uint8_t *f, const struct sst_footer *ft)
+{
+	memset(f, 0, SST_FOOTER_SIZE);
+	put_u64(f + FT_MAGIC, SST_MAGIC);
+	put_u32(f + FT_VERSION, ft->version);
+	put_u32(f + FT_FLAGS, ft->flags);
+	put_u64(f + FT_SIZE, ft->size);
+	put_u64(f + FT_DATA_LEN, ft->data_len);
+	put_u64(f + FT_INDEX_LEN, ft->index_len);
+	put_u64(f + FT_FILTER_LEN, ft->filter_len);
+	put_u64(f + FT_META_LEN, ft->meta_len);
+	put_u32(f + FT_INDEX_CRC, ft->index_crc);
+	put_u32(f + FT_FILTER_CRC, ft->filter_crc);
+	put_u32(f + FT_META_CRC, ft->meta_crc);
+	put_u32(f + FT_GROUP_SIZE, ft->group_size);
+	put_u64(f + FT_NRECORDS, ft->nrecords);
+	put_u32(f + FT_CRC, crc32c(f, FT_CRC));
+}
+
+int sst_builder_finish(struct sst_builder *b, struct sst_meta *meta, struct sst_index **idx)
+{
+	struct sst_footer ft = { 0 };
+	uint8_t *tail = NULL, *p;
+	size_t tail_len;
+	int err;
+
+	if (b->err)
+		return b->err;
+	if (b->done)
+		return -EINVAL;
+	b->done = true;
+	err = builder_flush(b);
+	if (err)
+		return err;
+
+	ft.version = SST_VERSION;
+	ft.data_len = b->data_len;
+	ft.index_len = SST_INDEX_HDR + b->index.len;
+	ft.filter_len = bloom_builder_size(&b->bloom);
+	ft.meta_len = builder_meta_len(b);
+	ft.group_size = b->group_size;
+	ft.nrecords = b->nrecords;
+	tail_len = ft.index_len + ft.filter_len + ft.meta_len + SST_FOOTER_SIZE;
+	ft.size = ft.data_len + tail_len;
+	ft.index_off = ft.data_len;
+	ft.filter_off = ft.index_off + ft.index_len;
+	ft.meta_off = ft.filter_off + ft.filter_len;
+	tail = malloc(tail_len);
+	if (!tail)
+		return builder_fail(b, -ENOMEM);
+
+	/* index block */
+	p = tail;
+	memset(p, 0, SST_INDEX_HDR);
+	put_u32(p, (uint32_t)b->nrecords);
+	put_u32(p + 4, b->ngroups);
+	p[8] = (uint8_t)b->group_size;
+	if (b->index.len)
+		memcpy(p + SST_INDEX_HDR, b->index.p, b->index.len);
+	ft.index_crc = crc32c(p, ft.index_len);
+	p += ft.index_len;
+
+	/* filter block */
+	bloom_builder_finish(&b->bloom, p);
+	ft.filter_crc = crc32c(p, ft.filter_len);
+	p += ft.filter_len;
+
+	/* meta block */
+	put_u64(p, b->nukeys);
+	put_u64(p + 8, b->ndeletions);
+	put_u64(p + 16, b->min_seq);
+	put_u64(p + 24, b->max_seq);
+	put_u64(p + 32, b->key_bytes);
+	put_u64(p + 40, b->value_bytes);
+	{
+		uint8_t *q = p + SST_META_FIXED;
+
+		q += put_varint(q, b->first.len);
+		if (b->first.len)
+			memcpy(q, b->first.p, b->first.len);
+		q += b->first.len;
+		q += put_varint(q, b->last.len);
+		if (b->last.len)
+			memcpy(q, b->last.p, b->last.len);
+		q += b->last.len;
+		assert((size_t)(q - p) == ft.meta_len);
+	}
+	ft.meta_crc = crc32c(p, ft.meta_len);
+	p += ft.meta_len;
+
+	encode_footer(p, &ft);
+	assert((size_t)(p + SST_FOOTER_SIZE - tail) == tail_len);
+
+	err = b->emit(b->emit_ctx, tail, tail_len);
+	if (err < 0) {
+		builder_fail(b, err);
+		goto out;
+	}
+	err = 0;
+	if (idx) {
+		err = sst_index_parse(tail, tail_len, ft.size, idx);
+		if (err)
+			goto out;
+	}
+	if (meta) {
+		if (idx) {
+			err = sst_meta_copy(meta, sst_index_meta(*idx));
+		} else {
+			struct sst_index *tmp;
+
+			/* Decode the meta block the one way it is ever decoded. */
+			err = sst_index_parse(tail, tail_len, ft.size, &tmp);
+			if (!err) {
+				err = sst_meta_copy(meta, sst_index_meta(tmp));
+				sst_index_destroy(tmp);
+			}
+		}
+		if (err && idx) {
+			sst_index_destroy(*idx);
+			*idx = NULL;
+		}
+	}
+out:
+	free(tail);
+	return err;
+}
+
+/* ---- footer ------------------------------------------------------------ */
+
+int sst_footer_decode(const void *p, size_t len, uint64_t table_size, struct sst_footer *f)
+{
+	const uint8_t *b = p;
+	uint64_t sum;
+
+	if (len != SST_FOOTER_SIZE || table_size < SST_FOOTER_SIZE)
+		return -EBADMSG;
+	if (get_u64(b + FT_MAGIC) != SST_MAGIC)
+		return -EBADMSG;
+	f->version = get_u32(b + FT_VERSION);
+	if (f->version != SST_VERSION)
+		return -DKV_E_VERSION;
+	if (crc32c(b, FT_CRC) != get_u32(b + FT_CRC))
+		return -DKV_E_CORRUPT;
+	f->flags = get_u32(b + FT_FLAGS);
+	f->size = get_u64(b + FT_SIZE);
+	f->data_len = get_u64(b + FT_DATA_LEN);
+	f->index_len = get_u64(b + FT_INDEX_LEN);
+	f->filter_len = get_u64(b + FT_FILTER_LEN);
+	f->meta_len = get_u64(b + FT_META_LEN);
+	f->index_crc = get_u32(b + FT_INDEX_CRC);
+	f->filter_crc = get_u32(b + FT_FILTER_CRC);
+	f->meta_crc = get_u32(b + FT_META_CRC);
+	f->group_size = get_u32(b + FT_GROUP_SIZE);
+	f->nrecords = get_u64(b + FT_NRECORDS);
+	if (f->size != table_size || f->flags != 0)
+		return -EBADMSG;
+	/* Each part fits in the table, so their sum cannot overflow. */
+	if (f->data_len > table_size || f->index_len > table_size ||
+	    f->filter_len > table_size || f->meta_len > table_size)
+		return -EBADMSG;
+	sum = f->data_len + f->index_len + f->filter_len + f->meta_len + SST_FOOTER_SIZE;
+	if (sum != table_size || f->index_len < SST_INDEX_HDR || f->meta_len < SST_META_FIXED ||
+	    f->group_size < 1 || f->group_size > SST_GROUP_MAX || f->nrecords >= UINT32_MAX ||
+	    f->nrecords * SST_RECORD_MIN > f->data_len)
+		return -EBADMSG;
+	f->index_off = f->data_len;
+	f->filter_off = f->index_off + f->index_len;
+	f->meta_off = f->filter_off + f->filter_len;
+	return 0;
+}
+
+/* ---- index ------------------------------------------------------------- */
+
+static int parse_meta(const uint8_t *p, size_t len, struct sst_meta *m)
+{
+	const uint8_t *q = p + SST_META_FIXED, *end = p + len;
+	uint64_t sl, ll;
+
+	m->nukeys = get_u64(p);
+	m->ndeletions = get_u64(p + 8);
+	m->min_seq = get_u64(p + 16);
+	m->max_seq = get_u64(p + 24);
+	m->key_bytes = get_u64(p + 32);
+	m->value_bytes = get_u64(p + 40);
+	q = get_varint(q, end, &sl);
+	if (!q || sl > (size_t)(end - q))
+		return -EBADMSG;
+	m->smallest = sl ? dup_bytes(q, sl) : NULL;
+	m->smallest_len = sl;
+	q += sl;
+	q = get_varint(q, end, &ll);
+	if (!q || ll > (size_t)(end - q))
+		return -EBADMSG;
+	m->largest = ll ? dup_bytes(q, ll) : NULL;
+	m->largest_len = ll;
+	if ((sl && !m->smallest) || (ll && !m->largest))
+		return -ENOMEM;
+	/* Trailing bytes are fields of a later minor revision: ignored. */
+	return 0;
+}
+
+/* Parse the index block body into idx's arrays; validates every length. */
+static int parse_index_block(struct sst_index *idx, const uint8_t *p, size_t len,
+			     uint64_t data_len)
+{
+	const uint8_t *q = p + SST_INDEX_HDR, *end = p + len;
+	size_t seps_len = 0, lens_len = 0;
+	uint64_t off = 0;
+	uint32_t r = 0;
+
+	/* Every byte of the body is separator, fingerprint or length, so the
+	 * body's size bounds both byte arrays. */
+	idx->seps = malloc(len);
+	idx->lens = malloc(len);
+	idx->goff = malloc(((size_t)idx->ngroups + 1) * sizeof(*idx->goff));
+	idx->gsep = malloc(((size_t)idx->ngroups + 1) * sizeof(*idx->gsep));
+	idx->glens = malloc(((size_t)idx->ngroups + 1) * sizeof(*idx->glens));
+	idx->fp = malloc(((size_t)idx->nrecords + 1) * sizeof(*idx->fp));
+	if (!idx->seps || !idx->lens || !idx->goff || !idx->gsep || !idx->glens || !idx->fp)
+		return -ENOMEM;
+
+	for (uint32_t g = 0; g < idx->ngroups; g++) {
+		uint64_t sl;
+		uint32_t n = sst_group_count(idx, g);
+
+		q = get_varint(q, end, &sl);
+		if (!q || sl < IKEY_TRAILER_LEN || sl > SST_IKEY_MAX || sl > (size_t)(end - q))
+			return -EBADMSG;
+		if ((ikey_trailer(q, sl) & 0xff) > IKEY_TYPE_MAX)
+			return -EBADMSG;
+		if (g > 0 && ikey_cmp(idx->seps + idx->gsep[g - 1], seps_len - idx->gsep[g - 1],
+				      q, sl) >= 0)
+			return -EBADMSG; /* separators must increase */
+		idx->gsep[g] = (uint32_t)seps_len;
+		memcpy(idx->seps + seps_len, q, sl);
+		seps_len += sl;
+		q += sl;
+		idx->goff[g] = off;
+		idx->glens[g] = (uint32_t)lens_len;
+		for (uint32_t i = 0; i < n; i++, r++) {
+			const uint8_t *v;
+			uint64_t rl;
+
+			if (end - q < 2)
+				return -EBADMSG;
+			idx->fp[r] = get_u16(q);
+			v = get_varint(q + 2, end, &rl);
+			if (!v || rl < SST_RECORD_MIN || rl > UINT32_MAX || rl > data_len - off)
+				return -EBADMSG;
+			memcpy(idx->lens + lens_len, q + 2, (size_t)(v - q - 2));
+			lens_len += (size_t)(v - q - 2);
+			off += rl;
+			q = v;
+		}
+	}
+	if (q != end || off != data_len || r != idx->nrecords)
+		return -EBADMSG;
+	idx->goff[idx->ngroups] = off;
+	idx->gsep[idx->ngroups] = (uint32_t)seps_len;
+	idx->glens[idx->ngroups] = (uint32_t)lens_len;
+	/* Shrink to what is used: this memory is what every cached table costs. */
+	{
+		uint8_t *s = realloc(idx->seps, seps_len ? seps_len : 1);
+		uint8_t *l = realloc(idx->lens, lens_len ? lens_len : 1);
+
+		if (s)
+			idx->seps = s;
+		if (l)
+			idx->lens = l;
+	}
+	idx->mem_bytes += seps_len + lens_len +
+			  ((size_t)idx->ngroups + 1) * (sizeof(*idx->goff) + sizeof(*idx->gsep) +
+							sizeof(*idx->glens)) +
+			  ((size_t)idx->nrecords + 1) * sizeof(*idx->fp);
+	return 0;
+}
+
+void sst_index_destroy(struct sst_index *idx)
+{
+	if (!idx)
+		return;
+	sst_meta_release(&idx->meta);
+	free(idx->goff);
+	free(idx->gsep);
+	free(idx->glens);
+	free(idx->fp);
+	free(idx->lens);
+	free(idx->seps);
+	free(idx->filter);
+	free(idx);
+}
+
+int sst_index_parse(const void *tail, size_t tail_len, uint64_t table_size,
+		    struct sst_index **out)
+{
+	const uint8_t *t = tail;
+	struct sst_footer ft;
+	uint64_t start;
+	struct sst_index *idx;
+	int err;
+
+	if (!tail || tail_len < SST_FOOTER_SIZE || tail_len > table_size)
+		return -EBADMSG;
+	err = sst_footer_decode(t + tail_len - SST_FOOTER_SIZE, SST_FOOTER_SIZE, table_size, &ft);
+	if (err)
+		return err;
+	if (table_size - tail_len > ft.data_len)
+		return -EBADMSG; /* the tail does not reach back to the index */
+	/* TAB(x) is the byte at table offset x, for x >= start. */
+	start = table_size - tail_len;
+#define TAB(x) (t + ((x) - start))
+	if (crc32c(TAB(ft.index_off), ft.index_len) != ft.index_crc ||
+	    crc32c(TAB(ft.filter_off), ft.filter_len) != ft.filter_crc ||
+	    crc32c(TAB(ft.meta_off), ft.meta_len) != ft.meta_crc)
+		return -DKV_E_CORRUPT;
+
+	idx = calloc(1, sizeof(*idx));
+	if (!idx)
+		return -ENOMEM;
+	idx->mem_bytes = sizeof(*idx);
+	idx->nrecords = get_u32(TAB(ft.index_off));
+	idx->ngroups = get_u32(TAB(ft.index_off) + 4);
+	idx->group_size = TAB(ft.index_off)[8];
+	err = -EBADMSG;
+	if (idx->nrecords != ft.nrecords || idx->group_size != ft.group_size ||
+	    idx->ngroups != ((uint64_t)idx->nrecords + idx->group_size - 1) / idx->group_size)
+		goto out_free;
+	err = parse_meta(TAB(ft.meta_off), ft.meta_len, &idx->meta);
+	if (err)
+		goto out_free;
+	err = -EBADMSG;
+	if ((idx->nrecords == 0) != (idx->meta.smallest_len == 0) ||
+	    (idx->nrecords == 0) != (idx->meta.largest_len == 0) ||
+	    (idx->nrecords && (idx->meta.smallest_len < IKEY_TRAILER_LEN ||
+			       idx->meta.largest_len < IKEY_TRAILER_LEN)))
+		goto out_free;
+	idx->meta.size = table_size;
+	idx->meta.data_len = ft.data_len;
+	idx->meta.nrecords = ft.nrecords;
+	idx->mem_bytes += idx->meta.smallest_len + idx->meta.largest_len;
+	err = parse_index_block(idx, TAB(ft.index_off), ft.index_len, ft.data_len);
+	if (err)
+		goto out_free;
+	err = -ENOMEM;
+	idx->filter_len = ft.filter_len;
+	idx->filter = dup_bytes(TAB(ft.filter_off), ft.filter_len);
+	if (!idx->filter)
+		goto out_free;
+	idx->mem_bytes += ft.filter_len;
+	*out = idx;
+	return 0;
+
+out_free:
+	sst_index_destroy(idx);
+	return err;
+#undef TAB
+}
+
+static void *src_alloc(const struct sst_source *src, size_t len)
+{
+	return src->buf_alloc ? src->buf_alloc(src->ctx, len) : malloc(len);
+}
+
+static void src_free(const struct sst_source *src, void *p)
+{
+	if (!p)
+		return;
+	if (src->buf_free)
+		src->buf_free(src->ctx, p);
+	else
+		free(p);
+}
+
+int sst_index_load(const struct sst_source *src, uint64_t data_len_hint,
+		   struct sst_index **out)
+{
+	struct sst_footer ft;
+	uint8_t *buf = NULL;
+	size_t tail_len;
+	int err;
+
+	if (!src || (!src->base == !src->read))
+		return -EINVAL;
+	if (src->base)
+		return sst_index_parse(src->base, src->size, src->size, out);
+	if (src->size < SST_FOOTER_SIZE || src->size > SIZE_MAX)
+		return -EBADMSG;
+	if (data_len_hint && data_len_hint <= src->size - SST_FOOTER_SIZE) {
+		tail_len = src->size - data_len_hint;
+	} else {
+		buf = src_alloc(src, SST_FOOTER_SIZE);
+		if (!buf)
+			return -ENOMEM;
+		err = src->read(src->ctx, src->size - SST_FOOTER_SIZE, buf, SST_FOOTER_SIZE);
+		if (!err)
+			err = sst_footer_decode(buf, SST_FOOTER_SIZE, src->size, &ft);
+		src_free(src, buf);
+		if (err)
+			return err;
+		tail_len = src->size - ft.data_len;
+	}
+	buf = src_alloc(src, tail_len);
+	if (!buf)
+		return -ENOMEM;
+	err = src->read(src->ctx, src->size - tail_len, buf, tail_len);
+	if (!err)
+		err = sst_index_parse(buf, tail_len, src->size, out);
+	src_free(src, buf);
+	return err;
+}
+
+const struct sst_meta *sst_index_meta(const struct sst_index *idx)
+{
+	return &idx->meta;
+}
+
+size_t sst_index_mem_bytes(const struct sst_index *idx)
+{
+	return idx->mem_bytes;
+}
+
+bool sst_index_may_contain(const struct sst_index *idx, const void *ukey, size_t ulen)
+{
+	return bloom_may_match(idx->filter, idx->filter_len, ukey, ulen);
+}
+
+uint32_t sst_group_offsets(const struct sst_index *idx, uint32_t g, uint64_t *roff)
+{
+	const uint8_t *q = idx->lens + idx->glens[g];
+	const uint8_t *end = idx->lens + idx->glens[g + 1];
+	uint32_t n = sst_group_count(idx, g);
+	uint64_t off = idx->goff[g];
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t rl = 0;
+
+		roff[i] = off;
+		q = get_varint(q, end, &rl);
+		assert(q); /* validated by parse_index_block */
+		off += rl;
+	}
+	roff[n] = off;
+	return n;
+}
+
+/* Compare separator g with the internal key (ukey, trailer). */
+static int sep_cmp(const struct sst_index *idx, uint32_t g, const void *ukey, size_t ulen,
+		   uint64_t trailer)
+{
+	const uint8_t *s = idx->seps + idx->gsep[g];
+	size_t sl = idx->gsep[g + 1] - idx->gsep[g];
+	int c = ukey_cmp(s, sl - IKEY_TRAILER_LEN, ukey, ulen);
+	uint64_t st;
+
+	if (c)
+		return c;
+	st = ikey_trailer(s, sl);
+	return st > trailer ? -1 : st < trailer ? 1 : 0;
+}
+
+static uint32_t find_group_ut(const struct sst_index *idx, const void *ukey, size_t ulen,
+			      uint64_t trailer)
+{
+	uint32_t lo = 0, hi = idx->ngroups; /* answer in [lo, hi) */
+
+	/* Invariant: sep(lo) <= target or lo == 0; sep(hi) > target or hi == n. */
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (sep_cmp(idx, mid, ukey, ulen, trailer) <= 0)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+uint32_t sst_find_group(const struct sst_index *idx, const void *t, size_t tlen)
+{
+	assert(tlen >= IKEY_TRAILER_LEN);
+	return find_group_ut(idx, t, tlen - IKEY_TRAILER_LEN, ikey_trailer(t, tlen));
+}
+
+/* Does group g's separator have user key ukey? */
+static bool sep_has_ukey(const struct sst_index *idx, uint32_t g, const void *ukey, size_t ulen)
+{
+	const uint8_t *s = idx->seps + idx->gsep[g];
+	size_t sl = idx->gsep[g + 1] - idx->gsep[g];
+
+	return ukey_cmp(s, sl - IKEY_TRAILER_LEN, ukey, ulen) == 0;
+}
+
+int sst_index_lookup(const struct sst_index *idx, const void *ukey, size_t ulen,
+		     uint64_t snap_seq, struct sst_cand *cands, int max)
+{
+	uint64_t roff[SST_GROUP_MAX + 1];
+	const struct sst_meta *m = &idx->meta;
+	uint16_t fp;
+	uint32_t g;
+	int found = 0;
+
+	if (!idx->nrecords)
+		return 0;
+	if (ikey_ukey_cmp(m->smallest, m->smallest_len, ukey, ulen) > 0 ||
+	    ikey_ukey_cmp(m->largest, m->largest_len, ukey, ulen) < 0)
+		return 0;
+	if (!bloom_may_match(idx->filter, idx->filter_len, ukey, ulen))
+		return 0;
+	if (snap_seq > IKEY_SEQ_MAX)
+		snap_seq = IKEY_SEQ_MAX;
+	fp = sst_fingerprint(ukey, ulen);
+	g = find_group_ut(idx, ukey, ulen, ikey_pack(snap_seq, IKEY_TYPE_SEEK));
+	for (;;) {
+		uint32_t n = sst_group_offsets(idx, g, roff);
+		uint32_t r0 = g * idx->group_size;
+
+		for (uint32_t i = 0; i < n; i++) {
+			if (idx->fp[r0 + i] != fp)
+				continue;
+			if (found < max) {
+				cands[found].off = roff[i];
+				cands[found].len = (uint32_t)(roff[i + 1] - roff[i]);
+			}
+			found++;
+		}
+		/* The key's versions continue into g+1 only if its separator
+		 * carries the same user key (see the file comment). */
+		if (++g >= idx->ngroups || !sep_has_ukey(idx, g, ukey, ulen))
+			break;
+	}
+	return found;
+}

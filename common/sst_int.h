@@ -1,0 +1,51 @@
+/* common/sst_int.h — SSTable internals shared by sst.c (builder, records,
+ * index) and sst_iter.c (table iterator).  Not a contract: only these two
+ * files include it.
+ *
+ * The parsed index keeps, for ngroups groups of up to group_size records:
+ *   goff[g]     table offset of group g's first record (goff[ngroups] = data_len)
+ *   gsep[g]     offset in seps of group g's separator (gsep[ngroups] = end)
+ *   glens[g]    offset in lens of group g's first record length (glens[ngroups] = end)
+ *   fp[r]       16-bit fingerprint of record r's user key
+ *   lens        record lengths as varints, back to back
+ *   seps        separator internal keys, back to back: sep(0) is the empty
+ *               user key; for g > 0, last(g-1) < sep(g) <= first(g)
+ *   filter      the bloom filter block
+ * All of it was bounds-checked by sst_index_parse: readers need no checks.
+ */
+#ifndef DKV_SST_INT_H
+#define DKV_SST_INT_H
+
+#include "common/sst.h"
+
+struct sst_index {
+	struct sst_meta meta;
+	uint32_t nrecords, ngroups, group_size;
+	uint64_t *goff;
+	uint32_t *gsep;
+	uint32_t *glens;
+	uint16_t *fp;
+	uint8_t *lens;
+	uint8_t *seps;
+	uint8_t *filter;
+	size_t filter_len;
+	size_t mem_bytes;
+};
+
+/* Records in group g. */
+static inline uint32_t sst_group_count(const struct sst_index *idx, uint32_t g)
+{
+	uint32_t first = g * idx->group_size;
+	uint32_t left = idx->nrecords - first;
+
+	return left < idx->group_size ? left : idx->group_size;
+}
+
+/* Table offsets of group g's records: roff[0..n] (roff[n] = end of the
+ * group), n = sst_group_count().  roff has room for SST_GROUP_MAX + 1. */
+uint32_t sst_group_offsets(const struct sst_index *idx, uint32_t g, uint64_t *roff);
+
+/* Last group whose separator is <= the internal key t (0 if none). */
+uint32_t sst_find_group(const struct sst_index *idx, const void *t, size_t tlen);
+
+#endif
