@@ -382,6 +382,14 @@ static int nrdma_left_ms(int64_t deadline)
 	return left < 0 ? 0 : (int)left;
 }
 
+/* Timeout argument for rdma_resolve_addr/route: at least 1 ms. */
+static int nrdma_cm_timeout(int64_t deadline)
+{
+	int left = nrdma_left_ms(deadline);
+
+	return left > 0 ? left : 1;
+}
+
 static int nrdma_set_nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
@@ -1136,12 +1144,12 @@ static int nrdma_connect(struct net_domain *nd, const char *addr, const struct n
 	rc = nrdma_rc(rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP));
 	if (rc)
 		goto out;
-	rc = nrdma_rc(rdma_resolve_addr(c->id, NULL, ai->ai_addr, nrdma_left_ms(deadline)));
+	rc = nrdma_rc(rdma_resolve_addr(c->id, NULL, ai->ai_addr, nrdma_cm_timeout(deadline)));
 	if (!rc)
 		rc = nrdma_cm_expect(c, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, NULL, NULL);
 	if (rc)
 		goto out;
-	rc = nrdma_rc(rdma_resolve_route(c->id, nrdma_left_ms(deadline)));
+	rc = nrdma_rc(rdma_resolve_route(c->id, nrdma_cm_timeout(deadline)));
 	if (!rc)
 		rc = nrdma_cm_expect(c, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, NULL, NULL);
 	if (rc)
