@@ -1,0 +1,234 @@
+/* engine/alloc.c — extent allocator over the slabs the compute node owns.
+ *
+ * dLSM lets the compute node carve large slabs itself so a flush or a WAL
+ * segment costs no allocation round trip.  Each slab keeps a sorted array of
+ * free extents (first fit, coalescing on free, never across slabs because
+ * slabs are separate allocations on the node).  The allocator holds no state
+ * the memory node must know: at open it is rebuilt from the manifest (slabs
+ * owned, then every table, WAL segment and manifest extent marked used).
+ *
+ * Not thread safe: the caller holds db->man_mu.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/eng_int.h"
+
+#define ALLOC_ALIGN 64u
+
+struct slab {
+	uint64_t off, len;
+	struct mn_extent *free; /* sorted by off, disjoint, not adjacent */
+	size_t nfree, cap;
+};
+
+struct eng_alloc {
+	struct slab *slabs;
+	size_t n, cap;
+	uint64_t free_bytes;
+};
+
+int eng_alloc_create(struct eng_alloc **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+void eng_alloc_destroy(struct eng_alloc *a)
+{
+	if (!a)
+		return;
+	for (size_t i = 0; i < a->n; i++)
+		free(a->slabs[i].free);
+	free(a->slabs);
+	free(a);
+}
+
+int eng_array_grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t c = *cap ? *cap : 4;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need)
+		c *= 2;
+	p = realloc(*arr, c * elem);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = c;
+	return 0;
+}
+
+static struct slab *slab_of(const struct eng_alloc *a, uint64_t off)
+{
+	for (size_t i = 0; i < a->n; i++)
+		if (off >= a->slabs[i].off && off < a->slabs[i].off + a->slabs[i].len)
+			return &a->slabs[i];
+	return NULL;
+}
+
+bool eng_alloc_owns(const struct eng_alloc *a, uint64_t off)
+{
+	return slab_of(a, off) != NULL;
+}
+
+int eng_alloc_add_slab(struct eng_alloc *a, uint64_t off, uint64_t len)
+{
+	struct slab *s;
+	int r;
+
+	if (slab_of(a, off))
+		return 0; /* already known (logged twice across a rewrite) */
+	r = eng_array_grow((void **)&a->slabs, &a->cap, a->n + 1, sizeof(*a->slabs));
+	if (r)
+		return r;
+	s = &a->slabs[a->n];
+	memset(s, 0, sizeof(*s));
+	s->off = off;
+	s->len = len;
+	r = eng_array_grow((void **)&s->free, &s->cap, 1, sizeof(*s->free));
+	if (r)
+		return r;
+	s->free[0].off = off;
+	s->free[0].len = len;
+	s->nfree = 1;
+	a->n++;
+	a->free_bytes += len;
+	return 0;
+}
+
+static void ext_remove(struct slab *s, size_t i)
+{
+	memmove(&s->free[i], &s->free[i + 1], (s->nfree - i - 1) * sizeof(*s->free));
+	s->nfree--;
+}
+
+static int ext_insert(struct slab *s, size_t i, uint64_t off, uint64_t len)
+{
+	int r = eng_array_grow((void **)&s->free, &s->cap, s->nfree + 1, sizeof(*s->free));
+
+	if (r)
+		return r;
+	memmove(&s->free[i + 1], &s->free[i], (s->nfree - i) * sizeof(*s->free));
+	s->free[i].off = off;
+	s->free[i].len = len;
+	s->nfree++;
+	return 0;
+}
+
+/* Take [off, off+len) out of free extent i (which contains it). */
+static int ext_take(struct eng_alloc *a, struct slab *s, size_t i, uint64_t off, uint64_t len)
+{
+	struct mn_extent e = s->free[i];
+	uint64_t end = off + len, eend = e.off + e.len;
+	int r = 0;
+
+	assert(off >= e.off && end <= eend);
+	if (off == e.off && end == eend) {
+		ext_remove(s, i);
+	} else if (off == e.off) {
+		s->free[i].off = end;
+		s->free[i].len = eend - end;
+	} else if (end == eend) {
+		s->free[i].len = off - e.off;
+	} else {
+		s->free[i].len = off - e.off;
+		r = ext_insert(s, i + 1, end, eend - end);
+		if (r) {
+			s->free[i] = e;
+			return r;
+		}
+	}
+	a->free_bytes -= len;
+	return 0;
+}
+
+static uint64_t round_len(uint64_t len)
+{
+	return (len + ALLOC_ALIGN - 1) & ~(uint64_t)(ALLOC_ALIGN - 1);
+}
+
+int eng_alloc_mark(struct eng_alloc *a, uint64_t off, uint64_t len)
+{
+	struct slab *s = slab_of(a, off);
+
+	len = round_len(len);
+	if (!s || off + len > s->off + s->len)
+		return -EINVAL;
+	for (size_t i = 0; i < s->nfree; i++) {
+		struct mn_extent e = s->free[i];
+
+		if (off >= e.off && off + len <= e.off + e.len)
+			return ext_take(a, s, i, off, len);
+	}
+	return -EEXIST; /* overlaps something used: the manifest is inconsistent */
+}
+
+int eng_alloc_get(struct eng_alloc *a, uint64_t len, uint64_t *off)
+{
+	len = round_len(len);
+	for (size_t j = 0; j < a->n; j++) {
+		struct slab *s = &a->slabs[j];
+
+		for (size_t i = 0; i < s->nfree; i++) {
+			if (s->free[i].len >= len) {
+				uint64_t o = s->free[i].off;
+				int r = ext_take(a, s, i, o, len);
+
+				if (r)
+					return r;
+				*off = o;
+				return 0;
+			}
+		}
+	}
+	return -ENOSPC;
+}
+
+void eng_alloc_put(struct eng_alloc *a, uint64_t off, uint64_t len)
+{
+	struct slab *s = slab_of(a, off);
+	size_t i;
+
+	len = round_len(len);
+	assert(s && off + len <= s->off + s->len);
+	if (!s)
+		return;
+	for (i = 0; i < s->nfree && s->free[i].off < off; i++)
+		;
+	assert(i == s->nfree || off + len <= s->free[i].off);
+	assert(i == 0 || s->free[i - 1].off + s->free[i - 1].len <= off);
+	a->free_bytes += len;
+	if (i > 0 && s->free[i - 1].off + s->free[i - 1].len == off) {
+		s->free[i - 1].len += len;
+		if (i < s->nfree && off + len == s->free[i].off) {
+			s->free[i - 1].len += s->free[i].len;
+			ext_remove(s, i);
+		}
+		return;
+	}
+	if (i < s->nfree && off + len == s->free[i].off) {
+		s->free[i].off = off;
+		s->free[i].len += len;
+		return;
+	}
+	if (ext_insert(s, i, off, len))
+		a->free_bytes -= len; /* lost until the next open rebuilds the map */
+}
+
+void eng_alloc_shrink(struct eng_alloc *a, uint64_t off, uint64_t len, uint64_t newlen)
+{
+	uint64_t keep = round_len(newlen), all = round_len(len);
+
+	if (keep < all)
+		eng_alloc_put(a, off + keep, all - keep);
+}
+
+uint64_t eng_alloc_free_bytes(const struct eng_alloc *a)
+{
+	return a->free_bytes;
+}

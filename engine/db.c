@@ -1,0 +1,758 @@
+/* engine/db.c — open/close, the write path, point lookups, snapshots, stats.
+ *
+ * Write path (group commit, docs/engine.md):
+ *   1. A writer queues itself on db->wq (wq_mu) and waits until it is done or
+ *      at the head of the queue.  The head is the LEADER.
+ *   2. The leader takes the following compatible writers (same disable_wal,
+ *      no sync writer joining a non-sync group, up to ~1 MiB), makes room in
+ *      the memtable (switch / stall), assigns the group's sequence numbers —
+ *      one contiguous range, so the memtable it inserts into owns that range —
+ *      writes the group as ONE WAL record with ONE remote WRITE (plus mn_sync
+ *      if any member asked for sync), inserts every entry into the memtable,
+ *      publishes visible_seq, and wakes the members and the next leader.
+ *   3. Readers take (mem, imm, version, visible_seq) under db->mu and never
+ *      see a group half inserted, since they filter by the visible_seq they
+ *      took.
+ *
+ * Memtable switch: only the leader switches, under db->mu, between two
+ * groups.  Every seq of the old memtable is below every seq of the new one,
+ * so two writers of one key across the switch can never make the older value
+ * win: the newer one is in the newer memtable, which readers consult first.
+ *
+ * Stalls: when max_immutables memtables wait for the flush thread, the leader
+ * waits on db->done_cv (counted in stalls/stall_us); memory stays bounded by
+ * (max_immutables + 1) memtables.  If the flush thread is failing (e.g. the
+ * node is full), the stalled write fails with that error instead of waiting
+ * forever; the flush thread keeps retrying, so writes succeed again once
+ * space is freed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/coding.h"
+#include "common/err.h"
+#include "common/ikey.h"
+#include "common/log.h"
+#include "engine/eng_int.h"
+
+#define GROUP_MAX (1u << 20)
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+void eng_options_init(struct eng_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->transport = NET_AUTO;
+	o->volume = "default";
+	o->create_if_missing = true;
+	o->memtable_size = 64u << 20;
+	o->max_immutables = 4;
+	o->slab_size = 64u << 20;
+	o->op_timeout_ms = 5000;
+	o->bloom_bits_per_key = 10;
+	o->compaction = ENG_COMPACTION_MEMNODE;
+	o->l0_compaction_trigger = 4;
+	o->l0_slowdown_trigger = 12;
+	o->l0_stop_trigger = 20;
+	o->l1_target_bytes = 256ull << 20;
+	o->level_size_ratio = 10;
+	o->target_table_bytes = 32ull << 20;
+}
+
+/* ---------------------------------------------------------------- space */
+
+void eng_space_drain(struct eng_db *db)
+{
+	struct eng_edit_table *p;
+	struct mn_extent *node = NULL;
+	size_t n, nn = 0;
+
+	pthread_mutex_lock(&db->free_mu);
+	p = db->pending;
+	n = db->npending;
+	db->pending = NULL;
+	db->npending = db->pending_cap = 0;
+	pthread_mutex_unlock(&db->free_mu);
+	if (!n)
+		return;
+	node = calloc(n, sizeof(*node));
+	for (size_t i = 0; i < n; i++) {
+		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+			eng_alloc_put(db->alloc, p[i].off, p[i].len);
+		else if (node)
+			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
+	}
+	if (nn && mn_free_extents(db->mc, node, nn))
+		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
+	free(node);
+	free(p);
+}
+
+int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
+{
+	struct mn_extent slab;
+	uint64_t want;
+	int r;
+
+	eng_space_drain(db);
+	r = eng_alloc_get(db->alloc, len, off);
+	if (r != -ENOSPC)
+		return r;
+	want = db->o.slab_size > len ? db->o.slab_size : len;
+	r = mn_alloc_slab(db->mc, want, &slab);
+	if (r == -ENOSPC && want > len)
+		r = mn_alloc_slab(db->mc, len, &slab); /* a smaller slab may still fit */
+	if (r)
+		return r;
+	r = eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,
+			   sizeof(*db->slabs));
+	if (!r)
+		r = eng_alloc_add_slab(db->alloc, slab.off, slab.len);
+	if (r) {
+		mn_free_slab(db->mc, slab.off);
+		return r;
+	}
+	db->slabs[db->nslabs++] = slab;
+	return eng_alloc_get(db->alloc, len, off);
+}
+
+void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
+{
+	eng_alloc_put(db->alloc, off, len);
+}
+
+/* ---------------------------------------------------------------- versions */
+
+int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *const *added,
+		     struct eng_mem *flushed)
+{
+	struct eng_version *v, *old;
+	int r;
+
+	pthread_mutex_lock(&db->man_mu);
+	r = eng_manifest_log(db, e);
+	if (r) {
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
+	pthread_mutex_lock(&db->mu);
+	r = eng_version_apply(db->current, e, added, &v);
+	if (r) {
+		/* Logged but not installed: the next open will see it.  Keep
+		 * serving the old version; report. */
+		pthread_mutex_unlock(&db->mu);
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
+	old = db->current;
+	db->current = v;
+	eng_version_mark_obsolete(old, e);
+	if (flushed && db->nimm && db->imm[0] == flushed) {
+		memmove(&db->imm[0], &db->imm[1], (db->nimm - 1) * sizeof(db->imm[0]));
+		db->nimm--;
+	} else {
+		flushed = NULL;
+	}
+	pthread_mutex_unlock(&db->mu);
+	if (e->has_wal_min)
+		eng_wal_release_below(db, e->wal_min);
+	pthread_mutex_unlock(&db->man_mu);
+	eng_version_unref(old);
+	eng_mem_unref(flushed);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- write path */
+
+/* Make room for need more bytes in db->mem: switch memtables, stall.  Called
+ * by the leader only (so db->mem changes only here), without locks. */
+static int make_room(struct eng_db *db, size_t need, bool force)
+{
+	uint64_t stall_start = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&db->mu);
+	for (;;) {
+		struct eng_mem *m;
+		uint64_t log_no;
+
+		if (!force && (eng_mem_bytes(db->mem) + need <= db->o.memtable_size ||
+			       eng_mem_entries(db->mem) == 0))
+			break;
+		if (force && eng_mem_entries(db->mem) == 0)
+			break;
+		if (db->nimm >= (size_t)db->o.max_immutables) {
+			struct timespec ts;
+
+			if (db->bg_error) {
+				r = db->bg_error;
+				break;
+			}
+			if (!stall_start) {
+				stall_start = now_us();
+				atomic_fetch_add(&db->st_stalls, 1);
+			}
+			deadline_in(&ts, 100);
+			pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
+			if (now_us() - stall_start > (uint64_t)db->o.op_timeout_ms * 4000u &&
+			    db->bg_error) {
+				r = db->bg_error;
+				break;
+			}
+			continue;
+		}
+		pthread_mutex_unlock(&db->mu);
+		/* New memtable, new WAL segment: the old memtable's records all
+		 * lie in segments below log_no, released once it is flushed. */
+		pthread_mutex_lock(&db->man_mu);
+		r = db->read_only ? 0 : eng_wal_new_segment(db, 0);
+		log_no = db->nsegs ? db->segs[db->nsegs - 1].log_no : 0;
+		pthread_mutex_unlock(&db->man_mu);
+		m = r ? NULL : eng_mem_create(log_no);
+		pthread_mutex_lock(&db->mu);
+		if (!r && !m)
+			r = -ENOMEM;
+		if (r)
+			break;
+		r = eng_array_grow((void **)&db->imm, &db->imm_cap, db->nimm + 1,
+				   sizeof(*db->imm));
+		if (r) {
+			eng_mem_unref(m);
+			break;
+		}
+		db->imm[db->nimm++] = db->mem;
+		db->mem = m;
+		pthread_cond_signal(&db->flush_cv);
+		force = false;
+	}
+	pthread_mutex_unlock(&db->mu);
+	if (stall_start)
+		atomic_fetch_add(&db->st_stall_us, now_us() - stall_start);
+	return r;
+}
+
+struct insert_ctx {
+	struct eng_mem *m;
+};
+
+static int insert_entry(void *ctx, uint64_t seq, int type, const uint8_t *k, size_t kl,
+			const uint8_t *v, size_t vl)
+{
+	struct insert_ctx *ic = ctx;
+
+	return eng_mem_add(ic->m, seq, type, k, kl, v, vl);
+}
+
+static int wal_buf_reserve(struct eng_db *db, size_t n)
+{
+	size_t cap = db->wal_buf_cap ? db->wal_buf_cap : (64u << 10);
+	void *p;
+
+	if (n <= db->wal_buf_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	p = mn_buf_alloc(db->mc, cap);
+	if (!p)
+		return -ENOMEM;
+	mn_buf_free(db->mc, db->wal_buf);
+	db->wal_buf = p;
+	db->wal_buf_cap = cap;
+	return 0;
+}
+
+/* The leader's work for the group [first .. last]. */
+static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_writer *last)
+{
+	eng_batch *g = &db->group;
+	struct insert_ctx ic;
+	uint64_t seq;
+	bool sync = false;
+	int r = 0;
+
+	eng_batch_clear(g);
+	for (struct eng_writer *w = first;; w = w->next) {
+		r = eng_batch_append_rep(g, w->batch);
+		if (r)
+			return r;
+		sync |= w->sync;
+		if (w == last)
+			break;
+	}
+	r = make_room(db, g->len * 2, false);
+	if (r)
+		return r;
+	seq = atomic_load(&db->last_seq) + 1;
+	if (seq + eng_batch_count(g) > IKEY_SEQ_MAX)
+		return -EOVERFLOW;
+	put_u64(g->rep, seq);
+	atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
+	if (!first->disable_wal) {
+		r = wal_buf_reserve(db, ENG_WAL_HDR + g->len);
+		if (r)
+			return r;
+		memcpy(db->wal_buf + ENG_WAL_HDR, g->rep, g->len);
+		r = eng_wal_append(db, db->wal_buf, g->len, sync);
+		if (r)
+			return r;
+	}
+	/* Only the leader changes db->mem, and it is the leader. */
+	ic.m = db->mem;
+	r = eng_batch_rep_iterate(g->rep, g->len, insert_entry, &ic);
+	if (r) {
+		/* Out of memory half way: the WAL has the group, the memtable
+		 * part of it.  Readers must not see a partial batch: do not
+		 * publish; reopening replays the group whole. */
+		dkv_err("memtable insert failed (%s); the engine must be reopened",
+			dkv_strerror(r));
+		pthread_mutex_lock(&db->mu);
+		db->bg_error = r;
+		pthread_mutex_unlock(&db->mu);
+		return r;
+	}
+	atomic_store_explicit(&db->visible_seq, atomic_load(&db->last_seq), memory_order_release);
+	return 0;
+}
+
+static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const eng_batch *b)
+{
+	struct eng_writer w = { 0 }, *last, *x;
+	size_t bytes;
+	int r;
+
+	if (db->read_only)
+		return -EROFS;
+	if (eng_batch_count(b) == 0)
+		return 0;
+	w.batch = b;
+	w.sync = wo && wo->sync;
+	w.disable_wal = wo && wo->disable_wal;
+	pthread_cond_init(&w.cv, NULL);
+
+	pthread_mutex_lock(&db->wq_mu);
+	if (db->wq_tail)
+		db->wq_tail->next = &w;
+	else
+		db->wq_head = &w;
+	db->wq_tail = &w;
+	while (!w.done && db->wq_head != &w)
+		pthread_cond_wait(&w.cv, &db->wq_mu);
+	if (w.done) {
+		pthread_mutex_unlock(&db->wq_mu);
+		pthread_cond_destroy(&w.cv);
+		return w.status;
+	}
+	/* Leader: gather compatible followers. */
+	last = &w;
+	bytes = b->len;
+	for (x = w.next; x; x = x->next) {
+		if (!x->batch) /* eng_flush waiting for its turn */
+			break;
+		if (x->disable_wal != w.disable_wal || (x->sync && !w.sync))
+			break;
+		if (bytes + x->batch->len > GROUP_MAX)
+			break;
+		bytes += x->batch->len;
+		last = x;
+	}
+	pthread_mutex_unlock(&db->wq_mu);
+
+	r = commit_group(db, &w, last);
+
+	pthread_mutex_lock(&db->wq_mu);
+	for (;;) {
+		x = db->wq_head;
+		db->wq_head = x->next;
+		if (!db->wq_head)
+			db->wq_tail = NULL;
+		x->status = r;
+		x->done = true;
+		if (x != &w)
+			pthread_cond_signal(&x->cv);
+		if (x == last)
+			break;
+	}
+	if (db->wq_head)
+		pthread_cond_signal(&db->wq_head->cv);
+	pthread_mutex_unlock(&db->wq_mu);
+	pthread_cond_destroy(&w.cv);
+	return r;
+}
+
+int eng_write(eng_db *db, const struct eng_write_opts *wo, const eng_batch *b)
+{
+	size_t n, puts = 0;
+	int r;
+
+	if (!db || !b)
+		return -EINVAL;
+	r = db_write(db, wo, b);
+	if (r)
+		return r;
+	n = eng_batch_count(b);
+	puts = b->puts;
+	atomic_fetch_add(&db->st_puts, puts);
+	atomic_fetch_add(&db->st_deletes, n - puts);
+	atomic_fetch_add(&db->st_batches, 1);
+	atomic_fetch_add(&db->st_user_bytes, b->bytes);
+	return 0;
+}
+
+/* Single put/delete: a one-entry batch on the stack (no allocation for
+ * small entries). */
+static int write_one(eng_db *db, const struct eng_write_opts *wo, int type, const void *key,
+		     size_t klen, const void *val, size_t vlen)
+{
+	uint8_t stackbuf[512];
+	eng_batch b;
+	size_t need = ENG_BATCH_HDR + 1 + 10 + klen + 10 + vlen;
+	int r;
+
+	if (!db)
+		return -EINVAL;
+	memset(&b, 0, sizeof(b));
+	if (need <= sizeof(stackbuf) && klen <= ENG_KEY_MAX && vlen <= ENG_VALUE_MAX) {
+		b.rep = stackbuf;
+		b.cap = sizeof(stackbuf);
+		memset(b.rep, 0, ENG_BATCH_HDR);
+		b.len = ENG_BATCH_HDR;
+	} else {
+		r = eng_batch_init(&b);
+		if (r)
+			return r;
+	}
+	r = type == IKEY_VALUE ? eng_batch_put(&b, key, klen, val, vlen)
+			       : eng_batch_delete(&b, key, klen);
+	if (!r)
+		r = db_write(db, wo, &b);
+	if (b.rep != stackbuf)
+		eng_batch_release(&b);
+	if (r)
+		return r;
+	atomic_fetch_add(type == IKEY_VALUE ? &db->st_puts : &db->st_deletes, 1);
+	atomic_fetch_add(&db->st_user_bytes, klen + vlen);
+	return 0;
+}
+
+int eng_put(eng_db *db, const struct eng_write_opts *wo, const void *key, size_t klen,
+	    const void *val, size_t vlen)
+{
+	return write_one(db, wo, IKEY_VALUE, key, klen, val, vlen);
+}
+
+int eng_delete(eng_db *db, const struct eng_write_opts *wo, const void *key, size_t klen)
+{
+	return write_one(db, wo, IKEY_DELETION, key, klen, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- reads */
+
+int eng_view_get(struct eng_db *db, const struct eng_read_opts *ro, struct eng_view *vw)
+{
+	pthread_mutex_lock(&db->mu);
+	vw->mem = db->mem;
+	eng_mem_ref(vw->mem);
+	vw->nimm = db->nimm;
+	vw->imm = vw->nimm ? malloc(vw->nimm * sizeof(*vw->imm)) : NULL;
+	if (vw->nimm && !vw->imm) {
+		eng_mem_unref(vw->mem);
+		pthread_mutex_unlock(&db->mu);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < vw->nimm; i++) {
+		vw->imm[i] = db->imm[i];
+		eng_mem_ref(vw->imm[i]);
+	}
+	vw->v = db->current;
+	eng_version_ref(vw->v);
+	vw->seq = ro && ro->snapshot ? ro->snapshot->seq : atomic_load(&db->visible_seq);
+	pthread_mutex_unlock(&db->mu);
+	return 0;
+}
+
+void eng_view_put(struct eng_view *vw)
+{
+	eng_mem_unref(vw->mem);
+	for (size_t i = 0; i < vw->nimm; i++)
+		eng_mem_unref(vw->imm[i]);
+	free(vw->imm);
+	eng_version_unref(vw->v);
+	memset(vw, 0, sizeof(*vw));
+}
+
+static bool table_may_hold(const struct eng_table *t, const void *k, size_t kl)
+{
+	if (!t->meta.smallest)
+		return false;
+	return ikey_ukey_cmp(t->meta.smallest, t->meta.smallest_len, k, kl) <= 0 &&
+	       ikey_ukey_cmp(t->meta.largest, t->meta.largest_len, k, kl) >= 0;
+}
+
+/* Memory first: 0 found (copied), -ENOENT deleted, 1 not in memory. */
+static int mem_lookup(struct eng_mem *m, const void *k, size_t kl, uint64_t seq, void **val,
+		      size_t *vlen)
+{
+	const void *v;
+	size_t vl;
+	int r = eng_mem_get(m, k, kl, seq, &v, &vl);
+
+	if (r)
+		return r;
+	*val = malloc(vl ? vl : 1);
+	if (!*val)
+		return -ENOMEM;
+	memcpy(*val, v, vl);
+	*vlen = vl;
+	return 0;
+}
+
+int eng_get(eng_db *db, const struct eng_read_opts *ro, const void *key, size_t klen,
+	    void **val, size_t *vlen)
+{
+	struct eng_view vw;
+	int r;
+
+	if (!db || !key || !val || !vlen || klen == 0)
+		return -EINVAL;
+	if (klen > ENG_KEY_MAX)
+		return -ENAMETOOLONG;
+	atomic_fetch_add_explicit(&db->st_gets, 1, memory_order_relaxed);
+	r = eng_view_get(db, ro, &vw);
+	if (r)
+		return r;
+	r = mem_lookup(vw.mem, key, klen, vw.seq, val, vlen);
+	for (size_t i = vw.nimm; i-- > 0 && r == 1;)
+		r = mem_lookup(vw.imm[i], key, klen, vw.seq, val, vlen);
+	for (int l = 0; l < ENG_LEVELS && r == 1; l++) {
+		for (size_t i = 0; i < vw.v->nfiles[l] && r == 1; i++) {
+			struct eng_table *t = vw.v->files[l][i];
+
+			if (table_may_hold(t, key, klen))
+				r = eng_table_get(t, key, klen, vw.seq, val, vlen);
+		}
+	}
+	eng_view_put(&vw);
+	if (r == 1)
+		r = -ENOENT;
+	if (r == 0)
+		atomic_fetch_add_explicit(&db->st_get_hits, 1, memory_order_relaxed);
+	return r;
+}
+
+/* ---------------------------------------------------------------- snapshots */
+
+const eng_snapshot *eng_snapshot_create(eng_db *db)
+{
+	struct eng_snapshot *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	pthread_mutex_lock(&db->mu);
+	s->seq = atomic_load(&db->visible_seq);
+	s->next = &db->snaps;
+	s->prev = db->snaps.prev;
+	db->snaps.prev->next = s;
+	db->snaps.prev = s;
+	pthread_mutex_unlock(&db->mu);
+	return s;
+}
+
+void eng_snapshot_release(eng_db *db, const eng_snapshot *cs)
+{
+	struct eng_snapshot *s = (struct eng_snapshot *)cs;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&db->mu);
+	s->prev->next = s->next;
+	s->next->prev = s->prev;
+	pthread_mutex_unlock(&db->mu);
+	free(s);
+}
+
+uint64_t eng_oldest_snapshot(struct eng_db *db)
+{
+	uint64_t s;
+
+	pthread_mutex_lock(&db->mu);
+	s = db->snaps.next != &db->snaps ? db->snaps.next->seq : atomic_load(&db->visible_seq);
+	pthread_mutex_unlock(&db->mu);
+	return s;
+}
+
+/* ---------------------------------------------------------------- flush, sync */
+
+int eng_flush(eng_db *db)
+{
+	struct eng_writer *w;
+	uint64_t target;
+	int r;
+
+	if (!db)
+		return -EINVAL;
+	if (db->read_only)
+		return 0;
+	/* Become the leader with an empty "group" so no writer races the
+	 * switch: queue a writer entry that carries no batch. */
+	{
+		struct eng_writer me = { 0 };
+
+		pthread_cond_init(&me.cv, NULL);
+		pthread_mutex_lock(&db->wq_mu);
+		if (db->wq_tail)
+			db->wq_tail->next = &me;
+		else
+			db->wq_head = &me;
+		db->wq_tail = &me;
+		while (db->wq_head != &me)
+			pthread_cond_wait(&me.cv, &db->wq_mu);
+		pthread_mutex_unlock(&db->wq_mu);
+
+		r = make_room(db, 0, true);
+
+		pthread_mutex_lock(&db->wq_mu);
+		db->wq_head = me.next;
+		if (!db->wq_head)
+			db->wq_tail = NULL;
+		w = db->wq_head;
+		if (w)
+			pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&db->wq_mu);
+		pthread_cond_destroy(&me.cv);
+	}
+	if (r)
+		return r;
+	/* Wait until every memtable switched so far is in a table. */
+	pthread_mutex_lock(&db->mu);
+	target = db->flushes_done + db->nimm;
+	while (db->flushes_done < target && !db->stop) {
+		struct timespec ts;
+
+		if (db->bg_error) {
+			r = db->bg_error;
+			break;
+		}
+		deadline_in(&ts, 100);
+		pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
+	}
+	pthread_mutex_unlock(&db->mu);
+	return r;
+}
+
+int eng_sync(eng_db *db)
+{
+	if (!db)
+		return -EINVAL;
+	if (db->read_only)
+		return 0;
+	return eng_wal_sync(db);
+}
+
+int eng_compact_all(eng_db *db)
+{
+	/* Compaction (engine/compaction.c) replaces this; until then every
+	 * table stays in level 0 and "compact" means "flush". */
+	return eng_flush(db);
+}
+
+/* ---------------------------------------------------------------- stats */
+
+#define LD(x) atomic_load_explicit(&db->x, memory_order_relaxed)
+
+int eng_stats(eng_db *db, struct eng_stats *st)
+{
+	struct net_stats ns;
+	struct mn_node_stats nst;
+	struct eng_version *v;
+
+	if (!db || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->puts = LD(st_puts);
+	st->deletes = LD(st_deletes);
+	st->gets = LD(st_gets);
+	st->get_hits = LD(st_get_hits);
+	st->iter_seeks = LD(st_iter_seeks);
+	st->batches = LD(st_batches);
+	st->user_bytes_written = LD(st_user_bytes);
+	st->remote_reads = LD(st_remote_reads);
+	st->remote_read_bytes = LD(st_remote_read_bytes);
+	st->lookup_remote_reads = LD(st_lookup_reads);
+	st->lookup_remote_read_bytes = LD(st_lookup_read_bytes);
+	st->flushes = LD(st_flushes);
+	st->flush_bytes = LD(st_flush_bytes);
+	st->wal_bytes = LD(st_wal_bytes);
+	st->wal_syncs = LD(st_wal_syncs);
+	st->stalls = LD(st_stalls);
+	st->stall_us = LD(st_stall_us);
+	st->compactions = LD(st_compactions);
+	st->compaction_bytes_read = LD(st_comp_read);
+	st->compaction_bytes_written = LD(st_comp_written);
+	st->compaction_net_bytes = LD(st_comp_net);
+	mn_client_net_stats(db->mc, &ns);
+	st->net_bytes_sent = ns.bytes_sent;
+	st->net_bytes_recv = ns.bytes_recv;
+
+	pthread_mutex_lock(&db->mu);
+	st->memtable_bytes = eng_mem_bytes(db->mem);
+	for (size_t i = 0; i < db->nimm; i++)
+		st->memtable_bytes += eng_mem_bytes(db->imm[i]);
+	st->immutables = db->nimm;
+	v = db->current;
+	eng_version_ref(v);
+	pthread_mutex_unlock(&db->mu);
+	for (int l = 0; l < ENG_LEVELS; l++) {
+		for (size_t i = 0; i < v->nfiles[l]; i++) {
+			struct eng_table *t = v->files[l][i];
+
+			st->tables++;
+			st->table_bytes += t->len;
+			st->live_keys_estimate += t->meta.nukeys;
+			st->index_cache_bytes += sst_index_mem_bytes(t->idx);
+			st->index_cache_keys += t->meta.nrecords;
+			if (l < 8)
+				st->tables_per_level[l]++;
+		}
+	}
+	eng_version_unref(v);
+	if (mn_stats(db->mc, &nst) == 0) {
+		st->node_capacity = nst.capacity;
+		st->node_used = nst.used;
+	}
+	return 0;
+}
+
+int eng_space(eng_db *db, uint64_t *capacity, uint64_t *used)
+{
+	struct mn_node_stats nst;
+	int r;
+
+	if (!db || !capacity || !used)
+		return -EINVAL;
+	r = mn_stats(db->mc, &nst);
+	if (r)
+		return r;
+	*capacity = nst.capacity;
+	*used = nst.used;
+	return 0;
+}

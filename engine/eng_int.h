@@ -1,0 +1,342 @@
+/* engine/eng_int.h — private structures shared by the engine's files.
+ *
+ * Overview (see docs/engine.md for the full design):
+ *
+ *   writers ──► write queue (db->mu) ──► leader: WAL record (one WRITE for the
+ *   whole group) ──► memtable inserts (single writer, lock-free readers)
+ *   ──► visible_seq published.
+ *
+ *   mem (mutable) ──switch──► imm queue ──flush thread──► SSTable in a slab
+ *   extent ──► version edit in the manifest ──► new version installed.
+ *
+ * Locks, in the order they may be taken:
+ *   db->wq_mu      the write queue; only the leader role is exclusive.
+ *   db->man_mu     the manifest (appends and rewrites), the WAL segment list,
+ *                  the slab list and the allocator; held during remote I/O on
+ *                  the manifest.  Never taken while holding db->mu.
+ *   db->mu         mem, imm queue, current version, snapshots, stalls.
+ * Nothing is held while waiting for another thread except the condition
+ * variables of db->mu.
+ */
+#ifndef DKV_ENG_INT_H
+#define DKV_ENG_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ikey.h"
+#include "common/iter.h"
+#include "common/sst.h"
+#include "engine/eng.h"
+#include "memnode/mn_client.h"
+
+/* Grow *arr (of elem-sized items, capacity *cap) to hold need items,
+ * doubling.  0 or -ENOMEM (the array is unchanged then). */
+int eng_array_grow(void **arr, size_t *cap, size_t need, size_t elem);
+
+/* ---------------------------------------------------------------- keys */
+
+/* Internal keys, sequence numbers and types: common/ikey.h. */
+
+/* ---------------------------------------------------------------- batch */
+
+/* A batch's representation is also the WAL payload of a record:
+ *   seq u64 | count u32 | count x (type u8, varint klen, key, [varint vlen, val])
+ * so the leader concatenates batches by appending entries. */
+#define ENG_BATCH_HDR 12
+struct eng_batch {
+	uint8_t *rep;
+	size_t len, cap;
+	size_t bytes; /* user bytes (keys + values) */
+	size_t puts;  /* entries that are puts (the rest are deletions) */
+};
+int eng_batch_append_rep(eng_batch *dst, const eng_batch *src);
+uint32_t eng_batch_rep_count(const uint8_t *rep);
+/* Walk a rep's entries; fn returns 0 to continue.  -EBADMSG if malformed. */
+typedef int (*eng_batch_fn)(void *ctx, uint64_t seq, int type, const uint8_t *k, size_t kl,
+			    const uint8_t *v, size_t vl);
+int eng_batch_rep_iterate(const uint8_t *rep, size_t len, eng_batch_fn fn, void *ctx);
+int eng_batch_init(eng_batch *b);
+void eng_batch_release(eng_batch *b);
+
+/* ---------------------------------------------------------------- memtable */
+
+struct eng_mem;
+struct eng_mem *eng_mem_create(uint64_t wal_log_min);
+void eng_mem_ref(struct eng_mem *m);
+void eng_mem_unref(struct eng_mem *m);
+/* Single writer (the commit leader, or recovery); readers may run at once. */
+int eng_mem_add(struct eng_mem *m, uint64_t seq, int type, const void *k, size_t kl,
+		const void *v, size_t vl);
+/* 0 found value (*v points into the arena, valid while m is referenced),
+ * -ENOENT found a deletion, 1 not here. */
+int eng_mem_get(struct eng_mem *m, const void *k, size_t kl, uint64_t seq, const void **v,
+		size_t *vl);
+size_t eng_mem_bytes(const struct eng_mem *m);
+uint64_t eng_mem_entries(const struct eng_mem *m);
+uint64_t eng_mem_wal_log_min(const struct eng_mem *m);
+/* Internal iterator over the memtable's internal keys (holds a ref). */
+int eng_mem_iter_create(struct eng_mem *m, struct dkv_iter **out);
+
+/* ---------------------------------------------------------------- tables */
+
+enum { ENG_TABLE_SLAB = 0, ENG_TABLE_NODE = 1 }; /* who allocated the extent */
+
+struct eng_db;
+struct eng_table {
+	atomic_int refs;
+	uint64_t number;
+	uint64_t off, len;      /* the table's extent (region offsets) */
+	int owner;              /* ENG_TABLE_SLAB or ENG_TABLE_NODE */
+	struct sst_index *idx;  /* cached index + filter */
+	struct sst_meta meta;
+	atomic_bool obsolete;   /* removed from the current version: free at last unref */
+	struct eng_db *db;
+};
+int eng_table_open(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
+		   struct eng_table **out);
+/* A table just built here: takes idx (no READ needed). */
+int eng_table_adopt(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
+		    struct sst_index *idx, struct eng_table **out);
+void eng_table_ref(struct eng_table *t);
+void eng_table_unref(struct eng_table *t);
+/* Point lookup at snapshot seq: 0 value (malloc'ed), -ENOENT deleted, 1 absent. */
+int eng_table_get(struct eng_table *t, const void *k, size_t kl, uint64_t seq, void **v,
+		  size_t *vl);
+/* The iterator does not hold a reference: the caller keeps t alive. */
+int eng_table_iter_create(struct eng_table *t, struct dkv_iter **out);
+
+/* ---------------------------------------------------------------- versions */
+
+#define ENG_LEVELS 7
+/* Copy-on-write: a version never changes once installed.  Level 0 is newest
+ * first (by table number); levels >= 1 are sorted by smallest key and
+ * disjoint.  A compaction picks inputs under db->mu from db->current, merges
+ * without the lock, then logs an edit and installs under man_mu + mu. */
+struct eng_version {
+	atomic_int refs;
+	struct eng_table **files[ENG_LEVELS];
+	size_t nfiles[ENG_LEVELS];
+};
+void eng_version_ref(struct eng_version *v);
+void eng_version_unref(struct eng_version *v);
+
+/* A version edit: what the manifest logs and what changes a version. */
+struct eng_edit_table {
+	int level;
+	uint64_t number, off, len;
+	int owner;
+};
+struct eng_edit_seg {
+	uint64_t log_no, off, len;
+};
+struct eng_edit {
+	bool has_next_number, has_last_seq, has_wal_min;
+	uint64_t next_number;     /* file/log numbers below are used */
+	uint64_t last_seq;        /* all seqs <= this are in tables or the WAL */
+	uint64_t wal_min;         /* WAL segments with log_no < this are obsolete */
+	struct eng_edit_table *adds;
+	size_t nadds;
+	struct eng_edit_table *dels; /* only level and number used */
+	size_t ndels;
+	struct eng_edit_seg *segs;   /* WAL segments added */
+	size_t nsegs;
+	struct mn_extent *slabs;     /* slabs owned */
+	size_t nslabs;
+	struct mn_extent *slab_frees;
+	size_t nslab_frees;
+};
+void eng_edit_release(struct eng_edit *e);
+int eng_edit_add_table(struct eng_edit *e, int level, uint64_t number, uint64_t off,
+		       uint64_t len, int owner);
+int eng_edit_del_table(struct eng_edit *e, int level, uint64_t number);
+int eng_edit_add_seg(struct eng_edit *e, uint64_t log_no, uint64_t off, uint64_t len);
+int eng_edit_add_slab(struct eng_edit *e, uint64_t off, uint64_t len);
+int eng_edit_free_slab(struct eng_edit *e, uint64_t off, uint64_t len);
+/* Encoding (docs/manifest.md).  encode: *out malloc'ed. */
+int eng_edit_encode(const struct eng_edit *e, uint8_t **out, size_t *len);
+int eng_edit_decode(const uint8_t *p, size_t len, struct eng_edit *e);
+
+/* Apply an edit's table changes to base, producing a new version (refs 1).
+ * Tables added must already be opened: lookup(number) finds them. */
+int eng_version_apply(const struct eng_version *base, const struct eng_edit *e,
+		      struct eng_table *const *added, struct eng_version **out);
+
+/* Mark the tables of base that e deletes obsolete (call once e is durable). */
+void eng_version_mark_obsolete(const struct eng_version *base, const struct eng_edit *e);
+
+/* Log e to the manifest, then install base+e as the current version (added[i]
+ * is the opened table of e->adds[i]; the version takes its own references)
+ * and mark deleted tables obsolete.  This is the one way to change the tree:
+ * flush and compaction (flushed == NULL) both use it.  flushed: the immutable
+ * memtable the edit's table holds, dropped from the queue in the same step
+ * under db->mu so readers never see it neither in memory nor in a table.
+ * Takes man_mu then mu. */
+int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *const *added,
+		     struct eng_mem *flushed);
+
+/* ---------------------------------------------------------------- allocator */
+
+/* First-fit extent allocator over the slabs the compute node owns.  Its
+ * state is rebuilt at open from the manifest (slabs, tables, WAL segments,
+ * manifest extent).  Carving never talks to the memory node; growing asks
+ * for a new slab, which the caller must log (eng_edit.slabs) before it
+ * writes anything into it that recovery must find. */
+struct eng_alloc;
+int eng_alloc_create(struct eng_alloc **out);
+void eng_alloc_destroy(struct eng_alloc *a);
+int eng_alloc_add_slab(struct eng_alloc *a, uint64_t off, uint64_t len);
+/* Mark [off, off+len) used (rebuild). -EINVAL if outside every slab. */
+int eng_alloc_mark(struct eng_alloc *a, uint64_t off, uint64_t len);
+/* 0 and *off, or -ENOSPC when no slab has room (caller adds a slab). */
+int eng_alloc_get(struct eng_alloc *a, uint64_t len, uint64_t *off);
+void eng_alloc_put(struct eng_alloc *a, uint64_t off, uint64_t len);
+/* Shrink a used extent to its first newlen bytes. */
+void eng_alloc_shrink(struct eng_alloc *a, uint64_t off, uint64_t len, uint64_t newlen);
+uint64_t eng_alloc_free_bytes(const struct eng_alloc *a);
+bool eng_alloc_owns(const struct eng_alloc *a, uint64_t off);
+
+/* ---------------------------------------------------------------- WAL */
+
+/* Record: crc u32 | len u32 | log_no u64 | payload (len bytes).  crc covers
+ * len, log_no and payload.  See docs/wal.md. */
+#define ENG_WAL_HDR 16
+struct eng_wal_seg {
+	uint64_t log_no, off, len;
+	uint64_t used; /* bytes written (writer side) */
+};
+/* Frame payload into buf (which has ENG_WAL_HDR bytes of room before it). */
+void eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len);
+/* Parse records of one segment image; fn gets each payload.  Returns bytes of
+ * valid prefix (>= 0) or fn's error. */
+typedef int (*eng_wal_fn)(void *ctx, const uint8_t *payload, size_t len);
+int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_fn fn, void *ctx);
+
+/* ---------------------------------------------------------------- root */
+
+/* The volume root blob: magic u32 | version u16 | reserved u16 |
+ * manifest_no u64 | manifest_off u64 | manifest_len u64 | crc u32. */
+#define ENG_ROOT_MAGIC 0x444b5652u /* "RVKD" */
+#define ENG_ROOT_VERSION 1
+#define ENG_ROOT_SIZE 36
+
+/* ---------------------------------------------------------------- db */
+
+struct eng_writer {
+	const eng_batch *batch;
+	bool sync, disable_wal, done;
+	int status;
+	pthread_cond_t cv;
+	struct eng_writer *next;
+};
+
+struct eng_snapshot {
+	uint64_t seq;
+	struct eng_snapshot *prev, *next;
+};
+
+struct eng_db {
+	struct eng_options o;
+	char *memnode, *volume;
+	struct mn_client *mc;
+	bool read_only;
+
+	/* write queue */
+	pthread_mutex_t wq_mu;
+	struct eng_writer *wq_head, *wq_tail; /* wq_mu */
+	eng_batch group;                      /* leader only */
+	uint8_t *wal_buf;                     /* registered, leader only */
+	size_t wal_buf_cap;
+
+	/* sequence numbers */
+	_Atomic uint64_t last_seq;    /* last assigned (leader) */
+	_Atomic uint64_t visible_seq; /* readers see seqs <= this */
+
+	pthread_mutex_t mu;
+	pthread_cond_t flush_cv;      /* flush thread waits: work or stop */
+	pthread_cond_t done_cv;       /* a flush finished (stalls, eng_flush) */
+	struct eng_mem *mem;          /* mu */
+	struct eng_mem **imm;         /* mu; oldest first */
+	size_t nimm, imm_cap;
+	struct eng_version *current;  /* mu */
+	struct eng_snapshot snaps;    /* mu; circular list head */
+	int bg_error;                 /* mu; sticky flush error */
+	uint64_t flushes_done;        /* mu */
+	bool stop;                    /* mu */
+	bool flushing;                /* mu */
+	pthread_t flush_thread;
+	bool flush_thread_started;
+
+	/* manifest + WAL segments */
+	pthread_mutex_t man_mu;
+	uint64_t next_number;         /* man_mu */
+	uint64_t man_no, man_off, man_len, man_used; /* man_mu */
+	struct eng_wal_seg *segs;     /* man_mu; live segments, log order */
+	size_t nsegs, segs_cap;
+	uint64_t wal_min;             /* man_mu */
+	struct mn_extent *slabs;      /* man_mu; slabs owned */
+	size_t nslabs, slabs_cap;
+	size_t nslabs_logged;         /* man_mu; slabs[0..this) are in the manifest */
+
+	struct eng_alloc *alloc;      /* man_mu */
+	/* Extents of tables whose last reference went away in a thread that may
+	 * hold db->mu: returned to the allocator by the next holder of man_mu. */
+	pthread_mutex_t free_mu;
+	struct eng_edit_table *pending; /* free_mu; off, len, owner used */
+	size_t npending, pending_cap;
+
+	/* stats (relaxed atomics) */
+	_Atomic uint64_t st_puts, st_deletes, st_gets, st_get_hits, st_iter_seeks, st_batches;
+	_Atomic uint64_t st_user_bytes, st_remote_reads, st_remote_read_bytes;
+	_Atomic uint64_t st_lookup_reads, st_lookup_read_bytes;
+	_Atomic uint64_t st_flushes, st_flush_bytes, st_wal_bytes, st_wal_syncs;
+	_Atomic uint64_t st_stalls, st_stall_us;
+	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
+};
+
+/* What a reader sees: memtables, version and sequence number, taken
+ * together under db->mu (eng_view_get) and released with eng_view_put. */
+struct eng_view {
+	struct eng_mem *mem;
+	struct eng_mem **imm; /* oldest first */
+	size_t nimm;
+	struct eng_version *v;
+	uint64_t seq;
+};
+int eng_view_get(struct eng_db *db, const struct eng_read_opts *ro, struct eng_view *vw);
+void eng_view_put(struct eng_view *vw);
+
+/* Remote read used by table iterators and lookups (counts stats). */
+int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool lookup);
+
+/* Allocate len bytes of slab space, growing slabs as needed (new slabs are
+ * logged with the next manifest record).  Caller holds man_mu. */
+int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off);
+void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);
+/* Return pending table extents (slab ones to the allocator, node ones to the
+ * node).  Caller holds man_mu. */
+void eng_space_drain(struct eng_db *db);
+
+/* Manifest: log an edit (durably) and apply its non-table parts.  Caller
+ * holds man_mu. */
+int eng_manifest_log(struct eng_db *db, struct eng_edit *e);
+int eng_manifest_create(struct eng_db *db);
+int eng_manifest_recover(struct eng_db *db, struct eng_edit *state);
+int eng_manifest_state(struct eng_db *db, struct eng_edit *e); /* man_mu + mu held */
+
+/* WAL writer (leader) and recovery. */
+int eng_wal_append(struct eng_db *db, const uint8_t *payload, size_t len, bool sync);
+int eng_wal_new_segment(struct eng_db *db, uint64_t min_len); /* man_mu held */
+int eng_wal_sync(struct eng_db *db);
+int eng_wal_recover(struct eng_db *db, struct eng_mem *m);
+void eng_wal_release_below(struct eng_db *db, uint64_t log_min); /* man_mu held */
+
+/* Flush thread. */
+void *eng_flush_main(void *arg);
+/* Oldest snapshot seq, or visible_seq if none (for compaction). */
+uint64_t eng_oldest_snapshot(struct eng_db *db);
+
+#endif

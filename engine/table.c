@@ -1,0 +1,239 @@
+/* engine/table.c — table handles: one SSTable in memory-node memory plus its
+ * cached index and filter on the compute node.
+ *
+ * A handle is refcounted: versions, iterators and lookups hold references.
+ * When a version edit removes a table it is marked obsolete; its extent goes
+ * back to the allocator (or, for node-allocated compaction outputs, to the
+ * node) only when the last reference is dropped, so no reader ever READs
+ * space that was reused.  The last unref may happen in a thread that holds
+ * db->mu, so it only queues the extent (db->pending, free_mu); the next
+ * holder of man_mu returns it (eng_space_drain).
+ *
+ * Point lookups: bloom and index are local; each candidate record costs one
+ * READ of exactly its bytes (usually one candidate).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/ikey.h"
+#include "common/log.h"
+#include "engine/eng_int.h"
+
+int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool lookup)
+{
+	int r = mn_read(db->mc, off, buf, len);
+
+	atomic_fetch_add_explicit(&db->st_remote_reads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&db->st_remote_read_bytes, len, memory_order_relaxed);
+	if (lookup) {
+		atomic_fetch_add_explicit(&db->st_lookup_reads, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&db->st_lookup_read_bytes, len, memory_order_relaxed);
+	}
+	return r;
+}
+
+static int table_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+	struct eng_table *t = ctx;
+
+	if (off > t->len || len > t->len - off)
+		return -EBADMSG;
+	return eng_remote_read(t->db, t->off + off, buf, len, false);
+}
+
+static void *table_buf_alloc(void *ctx, size_t len)
+{
+	struct eng_table *t = ctx;
+
+	return mn_buf_alloc(t->db->mc, len);
+}
+
+static void table_buf_free(void *ctx, void *p)
+{
+	struct eng_table *t = ctx;
+
+	mn_buf_free(t->db->mc, p);
+}
+
+static void table_source(struct eng_table *t, struct sst_source *src)
+{
+	memset(src, 0, sizeof(*src));
+	src->read = table_read;
+	src->ctx = t;
+	src->buf_alloc = table_buf_alloc;
+	src->buf_free = table_buf_free;
+	src->size = t->len;
+}
+
+static void table_corrupt(struct eng_table *t, int r)
+{
+	if (r == -DKV_E_CORRUPT || r == -EBADMSG)
+		dkv_err("table %llu (offset %llu, %llu bytes): %s",
+			(unsigned long long)t->number, (unsigned long long)t->off,
+			(unsigned long long)t->len, dkv_strerror(r));
+}
+
+static int table_new(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
+		     struct eng_table **out)
+{
+	struct eng_table *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	atomic_init(&t->refs, 1);
+	t->number = number;
+	t->off = off;
+	t->len = len;
+	t->owner = owner;
+	t->db = db;
+	*out = t;
+	return 0;
+}
+
+int eng_table_open(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
+		   struct eng_table **out)
+{
+	struct sst_source src;
+	struct eng_table *t;
+	int r = table_new(db, number, off, len, owner, &t);
+
+	if (r)
+		return r;
+	table_source(t, &src);
+	r = sst_index_load(&src, 0, &t->idx);
+	if (!r)
+		r = sst_meta_copy(&t->meta, sst_index_meta(t->idx));
+	if (r) {
+		table_corrupt(t, r);
+		if (r == -EBADMSG)
+			r = -DKV_E_CORRUPT;
+		sst_index_destroy(t->idx);
+		free(t);
+		return r;
+	}
+	*out = t;
+	return 0;
+}
+
+int eng_table_adopt(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
+		    struct sst_index *idx, struct eng_table **out)
+{
+	int r = table_new(db, number, off, len, owner, out);
+
+	if (r)
+		return r;
+	(*out)->idx = idx;
+	r = sst_meta_copy(&(*out)->meta, sst_index_meta(idx));
+	if (r) {
+		free(*out);
+		*out = NULL;
+	}
+	return r;
+}
+
+void eng_table_ref(struct eng_table *t)
+{
+	atomic_fetch_add(&t->refs, 1);
+}
+
+void eng_table_unref(struct eng_table *t)
+{
+	struct eng_db *db;
+
+	if (!t || atomic_fetch_sub(&t->refs, 1) != 1)
+		return;
+	db = t->db;
+	if (atomic_load(&t->obsolete)) {
+		struct eng_edit_table x = { 0, t->number, t->off, t->len, t->owner };
+
+		pthread_mutex_lock(&db->free_mu);
+		/* Out of memory: the space leaks until the next open rebuilds. */
+		if (!eng_array_grow((void **)&db->pending, &db->pending_cap, db->npending + 1,
+				    sizeof(*db->pending)))
+			db->pending[db->npending++] = x;
+		pthread_mutex_unlock(&db->free_mu);
+	}
+	sst_index_destroy(t->idx);
+	sst_meta_release(&t->meta);
+	free(t);
+}
+
+/* Read one candidate record: 0 value, -ENOENT deletion, 1 not this one. */
+static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const void *k,
+			  size_t kl, uint64_t seq, void **v, size_t *vl)
+{
+	uint8_t stackbuf[512], *buf = stackbuf;
+	struct sst_record rec;
+	struct ikey_parsed ik;
+	int r;
+
+	if (c->off > t->len || c->len > t->len - c->off)
+		return -DKV_E_CORRUPT;
+	if (c->len > sizeof(stackbuf)) {
+		buf = malloc(c->len);
+		if (!buf)
+			return -ENOMEM;
+	}
+	r = eng_remote_read(t->db, t->off + c->off, buf, c->len, true);
+	if (r)
+		goto out;
+	r = sst_record_decode(buf, c->len, &rec);
+	if (!r && rec.size != c->len)
+		r = -DKV_E_CORRUPT;
+	if (!r)
+		r = ikey_parse(rec.ikey, rec.iklen, &ik);
+	if (r) {
+		table_corrupt(t, r);
+		r = -DKV_E_CORRUPT;
+		goto out;
+	}
+	if (ukey_cmp(ik.ukey, ik.ulen, k, kl) != 0 || ik.seq > seq) {
+		r = 1;
+	} else if (ik.type == IKEY_DELETION) {
+		r = -ENOENT;
+	} else {
+		*v = malloc(rec.vlen ? rec.vlen : 1);
+		if (!*v) {
+			r = -ENOMEM;
+			goto out;
+		}
+		memcpy(*v, rec.value, rec.vlen);
+		*vl = rec.vlen;
+		r = 0;
+	}
+out:
+	if (buf != stackbuf)
+		free(buf);
+	return r;
+}
+
+int eng_table_get(struct eng_table *t, const void *k, size_t kl, uint64_t seq, void **v,
+		  size_t *vl)
+{
+	struct sst_cand cands[8], *c = cands;
+	int n, r = 1;
+
+	n = sst_index_lookup(t->idx, k, kl, seq, cands, 8);
+	if (n > 8) {
+		/* More versions or collisions than expected: take them all. */
+		c = malloc((size_t)n * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		n = sst_index_lookup(t->idx, k, kl, seq, c, n);
+	}
+	for (int i = 0; i < n && r == 1; i++)
+		r = table_get_cand(t, &c[i], k, kl, seq, v, vl);
+	if (c != cands)
+		free(c);
+	return r;
+}
+
+int eng_table_iter_create(struct eng_table *t, struct dkv_iter **out)
+{
+	struct sst_source src;
+
+	table_source(t, &src);
+	return sst_iter_create(t->idx, &src, NULL, out);
+}

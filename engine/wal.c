@@ -1,0 +1,240 @@
+/* engine/wal.c — the write-ahead log in memory-node memory (docs/wal.md).
+ *
+ * The log is a chain of SEGMENTS, each an extent carved from a slab and named
+ * by a log number that is never reused (db->next_number, persisted in the
+ * manifest before the segment is written).  A segment holds records back to
+ * back:
+ *
+ *     crc32c u32 | len u32 | log_no u64 | payload[len]
+ *
+ * crc covers len, log_no and the payload.  log_no is the SALT: space reused
+ * from an older segment (or from a table) carries other log numbers, so stale
+ * bytes never parse as records of this segment.  A reader stops at the first
+ * record that does not check: that is the torn tail, and nothing after it in
+ * that segment is trusted.  After recovery the writer never appends to a
+ * recovered segment; it starts a new one, so the cut tail is never extended.
+ *
+ * Group commit: the leader of the write queue (db.c) concatenates the
+ * batches of its group into one payload (a batch rep, eng_int.h) and appends
+ * it with ONE remote WRITE.  Only the leader appends, so appends are
+ * serialized without a lock of their own; db->man_mu protects the segment
+ * list, which the flush thread trims.
+ *
+ * The same framing is used by the manifest (salt = manifest number).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "engine/eng_int.h"
+
+#define WAL_SEG_MIN (1u << 20)
+#define WAL_SEG_MAX (16u << 20)
+
+void eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len)
+{
+	put_u32(rec + 4, (uint32_t)payload_len);
+	put_u64(rec + 8, log_no);
+	put_u32(rec, crc32c(rec + 4, ENG_WAL_HDR - 4 + payload_len));
+}
+
+int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_fn fn, void *ctx)
+{
+	size_t pos = 0;
+
+	while (len - pos >= ENG_WAL_HDR) {
+		const uint8_t *h = img + pos;
+		uint32_t plen = get_u32(h + 4);
+		int r;
+
+		if (get_u64(h + 8) != log_no || plen > len - pos - ENG_WAL_HDR)
+			break;
+		if (crc32c(h + 4, ENG_WAL_HDR - 4 + plen) != get_u32(h))
+			break;
+		r = fn(ctx, h + ENG_WAL_HDR, plen);
+		if (r)
+			return r;
+		pos += ENG_WAL_HDR + plen;
+	}
+	return (int64_t)pos;
+}
+
+static uint64_t seg_default_len(const struct eng_db *db)
+{
+	uint64_t l = db->o.memtable_size / 4;
+
+	if (l < WAL_SEG_MIN)
+		l = WAL_SEG_MIN;
+	if (l > WAL_SEG_MAX)
+		l = WAL_SEG_MAX;
+	return l;
+}
+
+int eng_wal_new_segment(struct eng_db *db, uint64_t min_len)
+{
+	struct eng_edit e = { 0 };
+	uint64_t len = seg_default_len(db), off, log_no;
+	int r;
+
+	if (min_len > len)
+		len = (min_len + WAL_SEG_MIN - 1) & ~(uint64_t)(WAL_SEG_MIN - 1);
+	r = eng_array_grow((void **)&db->segs, &db->segs_cap, db->nsegs + 1, sizeof(*db->segs));
+	if (r)
+		return r;
+	r = eng_space_get(db, len, &off);
+	if (r)
+		return r;
+	log_no = db->next_number++;
+	r = eng_edit_add_seg(&e, log_no, off, len);
+	if (!r)
+		r = eng_manifest_log(db, &e);
+	eng_edit_release(&e);
+	if (r) {
+		eng_space_put(db, off, len);
+		return r;
+	}
+	db->segs[db->nsegs++] = (struct eng_wal_seg){ log_no, off, len, 0 };
+	return 0;
+}
+
+int eng_wal_append(struct eng_db *db, const uint8_t *rec, size_t plen, bool sync)
+{
+	size_t n = ENG_WAL_HDR + plen;
+	struct eng_wal_seg *s;
+	uint64_t off;
+	int r;
+
+	pthread_mutex_lock(&db->man_mu);
+	s = db->nsegs ? &db->segs[db->nsegs - 1] : NULL;
+	if (!s || s->len - s->used < n) {
+		r = eng_wal_new_segment(db, n);
+		if (r) {
+			pthread_mutex_unlock(&db->man_mu);
+			return r;
+		}
+		s = &db->segs[db->nsegs - 1];
+	}
+	eng_wal_frame((uint8_t *)rec, s->log_no, plen);
+	off = s->off + s->used;
+	s->used += n;
+	pthread_mutex_unlock(&db->man_mu);
+
+	r = mn_write(db->mc, off, rec, n);
+	if (!r && sync) {
+		r = mn_sync(db->mc, off, n);
+		atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);
+	}
+	if (r) {
+		/* The record may be torn: never append behind it. */
+		pthread_mutex_lock(&db->man_mu);
+		for (size_t i = 0; i < db->nsegs; i++)
+			if (db->segs[i].off <= off && off < db->segs[i].off + db->segs[i].len)
+				db->segs[i].used = db->segs[i].len;
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
+	atomic_fetch_add_explicit(&db->st_wal_bytes, n, memory_order_relaxed);
+	return 0;
+}
+
+int eng_wal_sync(struct eng_db *db)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&db->man_mu);
+	for (size_t i = 0; i < db->nsegs && !r; i++)
+		if (db->segs[i].used)
+			r = mn_sync(db->mc, db->segs[i].off, db->segs[i].used);
+	pthread_mutex_unlock(&db->man_mu);
+	atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);
+	return r;
+}
+
+void eng_wal_release_below(struct eng_db *db, uint64_t log_min)
+{
+	size_t i, j = 0;
+
+	for (i = 0; i < db->nsegs; i++) {
+		if (db->segs[i].log_no < log_min)
+			eng_space_put(db, db->segs[i].off, db->segs[i].len);
+		else
+			db->segs[j++] = db->segs[i];
+	}
+	db->nsegs = j;
+	if (log_min > db->wal_min)
+		db->wal_min = log_min;
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+struct replay {
+	struct eng_mem *m;
+	uint64_t max_seq;
+};
+
+static int replay_entry(void *ctx, uint64_t seq, int type, const uint8_t *k, size_t kl,
+			const uint8_t *v, size_t vl)
+{
+	struct replay *rp = ctx;
+
+	if (seq > IKEY_SEQ_MAX)
+		return -EBADMSG;
+	if (seq > rp->max_seq)
+		rp->max_seq = seq;
+	return eng_mem_add(rp->m, seq, type, k, kl, v, vl);
+}
+
+static int replay_record(void *ctx, const uint8_t *p, size_t len)
+{
+	return eng_batch_rep_iterate(p, len, replay_entry, ctx);
+}
+
+/* Replay every live segment (log order) into m; sets db->last_seq.  Called
+ * at open, single threaded, before any writer.  A record whose checksum is
+ * right but whose contents do not parse means a bug or corruption: that is
+ * reported, not skipped. */
+int eng_wal_recover(struct eng_db *db, struct eng_mem *m)
+{
+	struct replay rp = { m, atomic_load(&db->last_seq) };
+	uint8_t *img = NULL;
+	size_t cap = 0;
+	int r = 0;
+
+	for (size_t i = 0; i < db->nsegs; i++) {
+		struct eng_wal_seg *s = &db->segs[i];
+		int64_t valid;
+
+		if (s->len > cap) {
+			free(img);
+			img = malloc(s->len);
+			cap = img ? s->len : 0;
+			if (!img) {
+				r = -ENOMEM;
+				break;
+			}
+		}
+		r = mn_read(db->mc, s->off, img, s->len);
+		if (r)
+			break;
+		valid = eng_wal_parse(img, s->len, s->log_no, replay_record, &rp);
+		if (valid < 0) {
+			dkv_err("WAL segment %llu at offset %llu: malformed record (%s)",
+				(unsigned long long)s->log_no, (unsigned long long)s->off,
+				strerror((int)-valid));
+			r = -DKV_E_CORRUPT;
+			break;
+		}
+		/* Full: nothing more is ever appended to a recovered segment. */
+		s->used = s->len;
+		dkv_debug("WAL segment %llu: %lld bytes replayed", (unsigned long long)s->log_no,
+			  (long long)valid);
+	}
+	free(img);
+	if (!r)
+		atomic_store(&db->last_seq, rp.max_seq);
+	return r;
+}
