@@ -1,0 +1,87 @@
+/* tests/engine/test_alloc.c — the slab extent allocator against a bitmap. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/eng_int.h"
+
+Test(alloc, carve_free_coalesce)
+{
+	struct eng_alloc *a;
+	uint64_t o1, o2, o3, o4;
+
+	cr_assert_eq(eng_alloc_create(&a), 0);
+	cr_assert_eq(eng_alloc_get(a, 100, &o1), -ENOSPC);
+	cr_assert_eq(eng_alloc_add_slab(a, 1 << 20, 1 << 20), 0);
+	cr_assert_eq(eng_alloc_free_bytes(a), 1 << 20);
+	cr_assert_eq(eng_alloc_get(a, 100, &o1), 0);
+	cr_assert_eq(o1, 1 << 20);
+	cr_assert_eq(eng_alloc_get(a, 1000, &o2), 0);
+	cr_assert_eq(o2, (1 << 20) + 128); /* 64-byte granules */
+	cr_assert_eq(eng_alloc_get(a, 1 << 20, &o3), -ENOSPC);
+	eng_alloc_put(a, o1, 100);
+	eng_alloc_put(a, o2, 1000);
+	cr_assert_eq(eng_alloc_free_bytes(a), 1 << 20);
+	cr_assert_eq(eng_alloc_get(a, 1 << 20, &o3), 0); /* coalesced back to one */
+	eng_alloc_put(a, o3, 1 << 20);
+	/* mark (rebuild) then allocate around it */
+	cr_assert_eq(eng_alloc_mark(a, (1 << 20) + 4096, 4096), 0);
+	cr_assert_eq(eng_alloc_mark(a, (1 << 20) + 4096, 64), -EEXIST);
+	cr_assert_eq(eng_alloc_mark(a, 5, 64), -EINVAL);
+	cr_assert_eq(eng_alloc_get(a, 8192, &o4), 0);
+	cr_assert_eq(o4, (1 << 20) + 8192);
+	cr_assert(eng_alloc_owns(a, o4));
+	cr_assert(!eng_alloc_owns(a, 3 << 20));
+	/* shrink returns the tail */
+	eng_alloc_shrink(a, o4, 8192, 100);
+	cr_assert_eq(eng_alloc_get(a, 64, &o1), 0);
+	cr_assert_eq(o1, 0x100000);
+	eng_alloc_destroy(a);
+}
+
+Test(alloc, random_against_bitmap)
+{
+	enum { SLAB = 1 << 16, GR = 64, NG = 2 * SLAB / GR };
+	static uint8_t used[NG];
+	struct { uint64_t off, len; } live[512];
+	struct eng_alloc *a;
+	int n = 0;
+	unsigned seed = 3;
+
+	cr_assert_eq(eng_alloc_create(&a), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, SLAB, SLAB), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, 4 * SLAB, SLAB), 0);
+	for (int i = 0; i < 20000; i++) {
+		if (n < 512 && (rand_r(&seed) & 1)) {
+			uint64_t len = 1 + rand_r(&seed) % 3000, off;
+
+			if (eng_alloc_get(a, len, &off))
+				continue;
+			cr_assert((off >= SLAB && off + len <= 2 * SLAB) ||
+				  (off >= 4 * SLAB && off + len <= 5 * SLAB));
+			for (uint64_t g = 0; g < (len + GR - 1) / GR; g++) {
+				uint64_t idx = (off < 4 * SLAB ? off - SLAB : off - 3 * SLAB) / GR + g;
+
+				cr_assert_eq(used[idx], 0, "double allocation");
+				used[idx] = 1;
+			}
+			live[n].off = off;
+			live[n++].len = len;
+		} else if (n) {
+			int k = (int)(rand_r(&seed) % (unsigned)n);
+			uint64_t off = live[k].off, len = live[k].len;
+
+			for (uint64_t g = 0; g < (len + GR - 1) / GR; g++)
+				used[(off < 4 * SLAB ? off - SLAB : off - 3 * SLAB) / GR + g] = 0;
+			eng_alloc_put(a, off, len);
+			live[k] = live[--n];
+		}
+	}
+	while (n) {
+		eng_alloc_put(a, live[n - 1].off, live[n - 1].len);
+		n--;
+	}
+	cr_assert_eq(eng_alloc_free_bytes(a), 2 * SLAB);
+	eng_alloc_destroy(a);
+}
