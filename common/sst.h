@@ -112,7 +112,8 @@ int sst_builder_create(const struct sst_builder_opts *o, struct sst_builder **ou
  * builder stays usable).  Emit errors and -ENOMEM kill the builder. */
 int sst_builder_add(struct sst_builder *b, const void *ikey, size_t iklen, const void *val,
 		    size_t vlen);
-/* Records added so far, and bytes emitted so far (the data area's size). */
+/* Records added so far, and the data area's size so far (bytes the builder
+ * has emitted or still buffers; the builder emits in pieces of up to 64 KiB). */
 uint64_t sst_builder_count(const struct sst_builder *b);
 uint64_t sst_builder_data_size(const struct sst_builder *b);
 /* Exact size the table would have if finished now (data + tail).  Use it to
@@ -139,7 +140,9 @@ struct sst_record {
 };
 /* Decode the record at the start of [p, p+len) (len may exceed it: rec->size
  * says how much it used).  Errors: -EBADMSG (truncated, lengths out of bounds,
- * ikey not a valid internal key), -DKV_E_CORRUPT (crc mismatch). */
+ * ikey not a valid internal key), -DKV_E_CORRUPT (crc mismatch).  After a
+ * READ of a lookup candidate, also require rec->size == cand.len (else the
+ * table is corrupt: -DKV_E_CORRUPT). */
 int sst_record_decode(const void *p, size_t len, struct sst_record *rec);
 
 /* ---- footer ------------------------------------------------------------ */
@@ -233,7 +236,9 @@ struct sst_iter_opts {
 /* Iterator (common/iter.h, internal-key order) over one table.  idx must be
  * the table's index and outlive the iterator; src is copied (its ctx must
  * outlive the iterator).  Remote sources are read in runs of `readahead`
- * bytes (whole records; a record larger than that gets a read of its own);
+ * bytes (a record larger than that gets one read of its own size; a seek
+ * first reads only the records of the group it lands in, so sparse seeks
+ * stay cheap, and sequential movement then reads full runs);
  * local sources are parsed in place.  seek uses the separators to jump, prev
  * uses the record lengths from the index.  Every record is checksummed:
  * -DKV_E_CORRUPT / -EBADMSG become the iterator's sticky status, as do read
