@@ -53,6 +53,8 @@ struct mn_client_opts {
 	bool writer;              /* take the volume's single-writer lease */
 	bool create;              /* create the volume if it does not exist */
 	int op_timeout_ms;        /* default 5000 */
+	bool no_volume;           /* admin tools: authenticate only, open no volume
+				   * (then only mn_stats/mn_call work) */
 };
 
 /* Connect, authenticate, open (or create) the volume.  Errors:

@@ -1,0 +1,890 @@
+/* memnode/mn_client.c — the client of one volume on one memory node (see
+ * mn_client.h for the contract).
+ *
+ * State: a domain (kept for the client's life, so mn_buf_alloc buffers stay
+ * registered across reconnects), the current rpc_chan (replaced when it
+ * broke: the next call reconnects, re-presenting token, volume and lease),
+ * and the extent table of the current connection: every run of the volume
+ * with the rkey the node granted on this connection.  Translating a region
+ * offset is a binary search in that table; a miss refreshes it once
+ * (LIST_EXTENTS creates grants for runs the node allocated since), then
+ * fails with -DKV_E_GRANT.
+ *
+ * Locking: c->lock protects ch, info and the extent table; it is held
+ * across a reconnect (so concurrent callers wait for one reconnect rather
+ * than racing) and across an extent refresh, never across data I/O.
+ * c->block protects the registered-buffer list.
+ */
+#include "memnode/mn_client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common/coding.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "memnode/mn_client_int.h"
+#include "memnode/mn_proto.h"
+#include "net/rpc.h"
+
+#define MN_DEFAULT_TIMEOUT 5000
+
+struct mn_ext {
+	uint64_t off, len;
+	uint32_t rkey;
+	unsigned access;
+};
+
+struct mn_buf {
+	void *p;
+	size_t len, map_len;
+	struct net_mr *mr;
+};
+
+struct mn_client {
+	struct mn_client_opts o;
+	char *addr, *volume;
+	uint8_t token[MN_TOKEN_MAX];
+	char conn_addr[128];
+	enum net_kind kind;
+	struct net_domain *dom;
+
+	pthread_mutex_t lock;      /* everything below up to block */
+	struct rpc_chan *ch;
+	uint64_t base;             /* region's address in the node */
+	struct mn_volume_info info;
+	struct mn_ext *ext;
+	size_t next, extcap;
+	struct net_stats closed;   /* counters of past connections */
+
+	pthread_mutex_t block;
+	struct mn_buf *bufs;
+	size_t nbufs, bufcap;
+};
+
+static int map_err(int rc)
+{
+	if (rc == -ECANCELED || rc == -ECONNRESET || rc == -ENOTCONN || rc == -EPIPE)
+		return -EIO;
+	return rc;
+}
+
+/* ------------------------------------------------------- registered bufs */
+
+static struct mn_buf *buf_new(struct mn_client *c, size_t len)
+{
+	struct mn_buf *b = calloc(1, sizeof(*b));
+	size_t pg = 4096;
+
+	if (!b)
+		return NULL;
+	b->len = len;
+	b->map_len = (len + pg - 1) & ~(pg - 1);
+	if (!b->map_len)
+		b->map_len = pg;
+	b->p = mmap(NULL, b->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->p == MAP_FAILED)
+		goto out_free;
+	if (net_reg_mr(c->dom, b->p, b->map_len,
+		       NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &b->mr))
+		goto out_unmap;
+	return b;
+
+out_unmap:
+	munmap(b->p, b->map_len);
+out_free:
+	free(b);
+	return NULL;
+}
+
+static void buf_del(struct mn_buf *b)
+{
+	if (!b)
+		return;
+	net_dereg_mr(b->mr);
+	munmap(b->p, b->map_len);
+	free(b);
+}
+
+void *mn_buf_alloc(struct mn_client *c, size_t len)
+{
+	struct mn_buf *b = buf_new(c, len);
+	void *p;
+
+	if (!b)
+		return NULL;
+	pthread_mutex_lock(&c->block);
+	if (c->nbufs == c->bufcap) {
+		size_t nc = c->bufcap ? c->bufcap * 2 : 16;
+		struct mn_buf *nb = realloc(c->bufs, nc * sizeof(*nb));
+		if (!nb) {
+			pthread_mutex_unlock(&c->block);
+			buf_del(b);
+			return NULL;
+		}
+		c->bufs = nb;
+		c->bufcap = nc;
+	}
+	c->bufs[c->nbufs++] = *b;
+	pthread_mutex_unlock(&c->block);
+	p = b->p;
+	free(b);
+	return p;
+}
+
+void mn_buf_free(struct mn_client *c, void *p)
+{
+	struct mn_buf b = { 0 };
+	bool found = false;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&c->block);
+	for (size_t i = 0; i < c->nbufs; i++)
+		if (c->bufs[i].p == p) {
+			b = c->bufs[i];
+			c->bufs[i] = c->bufs[--c->nbufs];
+			found = true;
+			break;
+		}
+	pthread_mutex_unlock(&c->block);
+	if (found) {
+		net_dereg_mr(b.mr);
+		munmap(b.p, b.map_len);
+	}
+}
+
+/* The registration holding [p, p+len), or NULL. */
+static struct net_mr *buf_find(struct mn_client *c, const void *p, size_t len)
+{
+	struct net_mr *mr = NULL;
+	uintptr_t a = (uintptr_t)p;
+
+	pthread_mutex_lock(&c->block);
+	for (size_t i = 0; i < c->nbufs; i++) {
+		uintptr_t b = (uintptr_t)c->bufs[i].p;
+		if (a >= b && a - b <= c->bufs[i].map_len && len <= c->bufs[i].map_len - (a - b)) {
+			mr = c->bufs[i].mr;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->block);
+	return mr;
+}
+
+/* ------------------------------------------------------------ extents */
+
+static int ext_cmp(const void *a, const void *b)
+{
+	const struct mn_ext *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Find the extent holding [off, off+len). Lock held. */
+static struct mn_ext *ext_find(struct mn_client *c, uint64_t off, uint64_t len)
+{
+	size_t lo = 0, hi = c->next;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		struct mn_ext *e = &c->ext[mid];
+		if (off < e->off)
+			hi = mid;
+		else if (off >= e->off + e->len)
+			lo = mid + 1;
+		else
+			return len <= e->off + e->len - off ? e : NULL;
+	}
+	return NULL;
+}
+
+static int ext_add(struct mn_client *c, const struct mn_ext *e)
+{
+	struct mn_ext *x = ext_find(c, e->off, 1);
+
+	if (x && x->off == e->off) {
+		*x = *e;
+		return 0;
+	}
+	if (c->next == c->extcap) {
+		size_t nc = c->extcap ? c->extcap * 2 : 32;
+		struct mn_ext *ne = realloc(c->ext, nc * sizeof(*ne));
+		if (!ne)
+			return -ENOMEM;
+		c->ext = ne;
+		c->extcap = nc;
+	}
+	c->ext[c->next++] = *e;
+	qsort(c->ext, c->next, sizeof(*c->ext), ext_cmp);
+	return 0;
+}
+
+static void ext_del(struct mn_client *c, uint64_t off)
+{
+	for (size_t i = 0; i < c->next; i++)
+		if (c->ext[i].off == off) {
+			memmove(&c->ext[i], &c->ext[i + 1], (c->next - i - 1) * sizeof(*c->ext));
+			c->next--;
+			return;
+		}
+}
+
+/* Replace the extent table with the node's list on ch (kinds out too, for
+ * mn_list_extents).  Lock held. */
+static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_extent **out,
+		       size_t *nout)
+{
+	uint8_t *rep = malloc(RPC_REPLY_MAX);
+	struct mn_extent *list = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t cursor = 0;
+	int rc;
+
+	if (!rep)
+		return -ENOMEM;
+	c->next = 0;
+	do {
+		uint8_t req[8];
+		size_t rl = 0;
+		uint32_t cnt;
+
+		put_u64(req, cursor);
+		rc = rpc_call(ch, MN_OP_LIST_EXTENTS, req, 8, NULL, rep, RPC_REPLY_MAX, &rl);
+		if (rc)
+			break;
+		if (rl < MN_LIST_HDR || (cnt = get_u32(rep + 8)) > (rl - MN_LIST_HDR) / MN_EXTENT_WIRE) {
+			rc = -EBADMSG;
+			break;
+		}
+		cursor = get_u64(rep);
+		for (uint32_t i = 0; i < cnt && !rc; i++) {
+			const uint8_t *e = rep + MN_LIST_HDR + (size_t)i * MN_EXTENT_WIRE;
+			struct mn_ext x = { get_u64(e), get_u64(e + 8), get_u32(e + 16), e[21] };
+			if (x.off < MN_HDR_SIZE || x.len == 0 || x.off + x.len < x.off) {
+				rc = -EBADMSG;
+				break;
+			}
+			rc = ext_add(c, &x);
+			if (!rc && out) {
+				if (n == cap) {
+					size_t nc = cap ? cap * 2 : 32;
+					struct mn_extent *nl = realloc(list, nc * sizeof(*nl));
+					if (!nl) {
+						rc = -ENOMEM;
+						break;
+					}
+					list = nl;
+					cap = nc;
+				}
+				list[n++] = (struct mn_extent){ x.off, x.len };
+			}
+		}
+	} while (!rc && cursor);
+	free(rep);
+	if (rc || !out) {
+		free(list);
+		return map_err(rc);
+	}
+	*out = list;
+	*nout = n;
+	return 0;
+}
+
+/* ------------------------------------------------------------ connection */
+
+static int open_volume(struct mn_client *c, struct rpc_chan *ch)
+{
+	uint8_t req[4 + MN_VOLUME_NAME_MAX], rep[MN_OPEN_REPLY_SIZE];
+	size_t nl = strlen(c->volume), rl = 0;
+	int rc;
+
+	req[0] = (uint8_t)((c->o.create ? MN_OPEN_CREATE : 0) | (c->o.writer ? MN_OPEN_WRITER : 0));
+	req[1] = (uint8_t)nl;
+	put_u16(req + 2, 0);
+	memcpy(req + 4, c->volume, nl);
+	rc = rpc_call(ch, MN_OP_OPEN, req, 4 + nl, NULL, rep, sizeof(rep), &rl);
+	if (rc)
+		return map_err(rc);
+	if (rl != MN_OPEN_REPLY_SIZE)
+		return -EBADMSG;
+	c->info.region_size = get_u64(rep);
+	c->info.volume_id = get_u64(rep + 8);
+	c->info.node_epoch = get_u64(rep + 16);
+	c->base = get_u64(rep + 24);
+	c->info.file_backed = get_u32(rep + 32) & MN_VOL_FILE_BACKED;
+	return ext_refresh(c, ch, NULL, NULL);
+}
+
+/* Connect, authenticate, open the volume.  Lock held. */
+static int connect_once(struct mn_client *c, struct rpc_chan **out)
+{
+	struct net_conn_opts no = { 0 };
+	uint8_t hello[MN_HELLO_SIZE], rpriv[NET_PRIV_MAX];
+	struct mn_hello h = { .version = MN_PROTO_VERSION };
+	struct mn_welcome w;
+	size_t rlen = sizeof(rpriv);
+	struct net_conn *conn = NULL;
+	struct rpc_chan *ch = NULL;
+	int rc;
+
+	h.token_len = (uint8_t)c->o.token_len;
+	memcpy(h.token, c->token, c->o.token_len);
+	mn_hello_encode(hello, &h);
+	no.op_timeout_ms = c->o.op_timeout_ms;
+	no.connect_timeout_ms = c->o.op_timeout_ms < 3000 ? c->o.op_timeout_ms : 3000;
+	rc = net_connect(c->dom, c->conn_addr, &no, hello, sizeof(hello), &conn, rpriv, &rlen);
+	if (rc == -ECONNREFUSED && rlen && !mn_welcome_decode(rpriv, rlen, &w) && w.status < 0)
+		rc = w.status;
+	if (rc)
+		return rc;
+	if (mn_welcome_decode(rpriv, rlen, &w) || w.status) {
+		net_close(conn);
+		return -EPROTO;
+	}
+	c->info.node_epoch = w.epoch;
+	rc = rpc_chan_create(c->dom, conn, c->o.op_timeout_ms, &ch);
+	if (rc) {
+		net_close(conn);
+		return rc;
+	}
+	if (c->volume) {
+		rc = open_volume(c, ch);
+		if (rc) {
+			rpc_chan_unref(ch);
+			return rc;
+		}
+	}
+	*out = ch;
+	return 0;
+}
+
+static void chan_drop(struct mn_client *c)
+{
+	struct net_stats st;
+
+	if (!c->ch)
+		return;
+	net_conn_stats(rpc_chan_conn(c->ch), &st);
+	c->closed.bytes_sent += st.bytes_sent;
+	c->closed.bytes_recv += st.bytes_recv;
+	c->closed.ops_posted += st.ops_posted;
+	c->closed.ops_completed += st.ops_completed;
+	c->closed.ops_failed += st.ops_failed;
+	rpc_chan_unref(c->ch);
+	c->ch = NULL;
+}
+
+/* The current channel (reconnecting if it broke), referenced. Lock held. */
+static int chan_get_locked(struct mn_client *c, struct rpc_chan **out)
+{
+	int rc;
+
+	if (c->ch && !rpc_chan_ok(c->ch)) {
+		dkv_warn("connection to memory node %s lost; reconnecting", c->conn_addr);
+		chan_drop(c);
+	}
+	if (!c->ch) {
+		rc = connect_once(c, &c->ch);
+		if (rc)
+			return map_err(rc);
+	}
+	rpc_chan_ref(c->ch);
+	*out = c->ch;
+	return 0;
+}
+
+static int chan_get(struct mn_client *c, struct rpc_chan **out)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = chan_get_locked(c, out);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* Channel and (raddr, rkey) for [off, off+len). */
+static int acquire(struct mn_client *c, uint64_t off, size_t len, bool write,
+		   struct rpc_chan **out, uint64_t *raddr, uint32_t *rkey)
+{
+	struct rpc_chan *ch;
+	struct mn_ext *e;
+	int rc;
+
+	if (off < MN_HDR_SIZE || off + len < off)
+		return -DKV_E_GRANT;
+	pthread_mutex_lock(&c->lock);
+	rc = chan_get_locked(c, &ch);
+	if (rc)
+		goto out;
+	e = ext_find(c, off, len);
+	if (!e) {
+		rc = ext_refresh(c, ch, NULL, NULL);
+		e = rc ? NULL : ext_find(c, off, len);
+	}
+	if (!e || (write && !(e->access & NET_ACCESS_REMOTE_WRITE))) {
+		rpc_chan_unref(ch);
+		rc = rc ? rc : -DKV_E_GRANT;
+		goto out;
+	}
+	*raddr = c->base + off;
+	*rkey = e->rkey;
+	*out = ch;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
+{
+	struct mn_client *c;
+	const char *vol;
+	int rc;
+
+	if (!o || !o->addr || (o->token && o->token_len > MN_TOKEN_MAX))
+		return -EINVAL;
+	vol = o->volume ? o->volume : "default";
+	if (!o->no_volume && strlen(vol) > MN_VOLUME_NAME_MAX)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->block, NULL);
+	c->o = *o;
+	if (!c->o.op_timeout_ms)
+		c->o.op_timeout_ms = MN_DEFAULT_TIMEOUT;
+	c->addr = strdup(o->addr);
+	c->volume = o->no_volume ? NULL : strdup(vol);
+	if (!c->addr || (!o->no_volume && !c->volume)) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	c->o.addr = c->addr;
+	c->o.volume = c->volume;
+	if (o->token)
+		memcpy(c->token, o->token, o->token_len);
+	else
+		c->o.token_len = 0;
+	c->o.token = NULL;
+
+	c->kind = o->transport == NET_AUTO ? net_kind_resolve(NET_AUTO, c->addr) : o->transport;
+	snprintf(c->conn_addr, sizeof(c->conn_addr), "%s", c->addr);
+	if (c->kind == NET_LOCAL && strncmp(c->addr, "unix:", 5)) {
+		/* A HOST:PORT node on this host also serves unix:@dkvfs-memnode-PORT. */
+		const char *port = strrchr(c->addr, ':');
+		snprintf(c->conn_addr, sizeof(c->conn_addr), "unix:@dkvfs-memnode-%s",
+			 port ? port + 1 : "0");
+	}
+	rc = net_domain_create(c->kind, &c->dom);
+	if (!rc) {
+		pthread_mutex_lock(&c->lock);
+		rc = chan_get_locked(c, &(struct rpc_chan *){ NULL });
+		if (!rc)
+			rpc_chan_unref(c->ch); /* keep only the client's own reference */
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (rc && o->transport == NET_AUTO && c->kind == NET_LOCAL &&
+	    strncmp(c->addr, "unix:", 5) && (rc == -ECONNREFUSED || rc == -ENOENT ||
+					     rc == -EIO || rc == -ETIMEDOUT)) {
+		/* No local listener: use the network. */
+		net_domain_destroy(c->dom);
+		c->dom = NULL;
+		c->kind = NET_TCP;
+		snprintf(c->conn_addr, sizeof(c->conn_addr), "%s", c->addr);
+		rc = net_domain_create(c->kind, &c->dom);
+		if (!rc) {
+			pthread_mutex_lock(&c->lock);
+			rc = chan_get_locked(c, &(struct rpc_chan *){ NULL });
+			if (!rc)
+				rpc_chan_unref(c->ch);
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+	if (rc)
+		goto out_free;
+	*out = c;
+	return 0;
+
+out_free:
+	mn_client_close(c);
+	return rc;
+}
+
+void mn_client_close(struct mn_client *c)
+{
+	if (!c)
+		return;
+	if (c->ch && rpc_chan_ok(c->ch) && c->volume)
+		rpc_call(c->ch, MN_OP_CLOSE, NULL, 0, NULL, NULL, 0, NULL);
+	pthread_mutex_lock(&c->lock);
+	chan_drop(c);
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = 0; i < c->nbufs; i++) {
+		net_dereg_mr(c->bufs[i].mr);
+		munmap(c->bufs[i].p, c->bufs[i].map_len);
+	}
+	free(c->bufs);
+	free(c->ext);
+	net_domain_destroy(c->dom);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->block);
+	free(c->addr);
+	free(c->volume);
+	free(c);
+}
+
+void mn_volume_info(const struct mn_client *c, struct mn_volume_info *out)
+{
+	pthread_mutex_lock((pthread_mutex_t *)&c->lock);
+	*out = c->info;
+	pthread_mutex_unlock((pthread_mutex_t *)&c->lock);
+}
+
+/* ------------------------------------------------------------- requests */
+
+int mn_call(struct mn_client *c, uint16_t op, const void *req, size_t req_len, const void *arg,
+	    size_t arg_len, void *reply, size_t cap, size_t *rlen)
+{
+	struct rpc_arg a = { arg, arg_len, 0 };
+	struct mn_buf *bounce = NULL;
+	struct rpc_chan *ch;
+	struct net_mr *mr;
+	int rc;
+
+	if (arg_len > RPC_ARG_MAX)
+		return -E2BIG;
+	rc = chan_get(c, &ch);
+	if (rc)
+		return rc;
+	if (arg_len) {
+		mr = buf_find(c, arg, arg_len);
+		if (!mr) {
+			bounce = buf_new(c, arg_len);
+			if (!bounce) {
+				rpc_chan_unref(ch);
+				return -ENOMEM;
+			}
+			memcpy(bounce->p, arg, arg_len);
+			a.addr = bounce->p;
+			mr = bounce->mr;
+		}
+		a.rkey = mr->rkey;
+	}
+	rc = rpc_call(ch, op, req, req_len, arg_len ? &a : NULL, reply, cap, rlen);
+	rpc_chan_unref(ch);
+	if (rc != -ETIMEDOUT) /* else the node may still READ it: leak it */
+		buf_del(bounce);
+	return map_err(rc);
+}
+
+/* A request with no large argument. */
+static int call_simple(struct mn_client *c, uint16_t op, const void *req, size_t len, void *rep,
+		       size_t cap, size_t *rl)
+{
+	return mn_call(c, op, req, len, NULL, 0, rep, cap, rl);
+}
+
+int mn_alloc_slab(struct mn_client *c, uint64_t len, struct mn_extent *out)
+{
+	uint8_t req[8], rep[24];
+	struct mn_ext e;
+	size_t rl = 0;
+	int rc;
+
+	put_u64(req, len);
+	rc = call_simple(c, MN_OP_ALLOC_SLAB, req, 8, rep, sizeof(rep), &rl);
+	if (rc)
+		return rc;
+	if (rl != sizeof(rep))
+		return -EBADMSG;
+	e = (struct mn_ext){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), get_u32(rep + 20) };
+	if (e.off < MN_HDR_SIZE || e.len < len)
+		return -EBADMSG;
+	pthread_mutex_lock(&c->lock);
+	rc = ext_add(c, &e);
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		return rc;
+	out->off = e.off;
+	out->len = e.len;
+	return 0;
+}
+
+int mn_free_slab(struct mn_client *c, uint64_t off)
+{
+	uint8_t req[8];
+	int rc;
+
+	put_u64(req, off);
+	rc = call_simple(c, MN_OP_FREE_SLAB, req, 8, NULL, 0, NULL);
+	if (!rc) {
+		pthread_mutex_lock(&c->lock);
+		ext_del(c, off);
+		pthread_mutex_unlock(&c->lock);
+	}
+	return rc;
+}
+
+int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n)
+{
+	struct rpc_chan *ch;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = chan_get_locked(c, &ch);
+	if (!rc) {
+		rc = ext_refresh(c, ch, out, n);
+		rpc_chan_unref(ch);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n)
+{
+	size_t body = (size_t)n * MN_FREE_WIRE;
+	bool inline_ = 8 + body <= RPC_REQ_MAX - RPC_REQ_HDR;
+	uint8_t *buf;
+	int rc;
+
+	if (!n)
+		return 0;
+	if (n > UINT32_MAX || body > RPC_ARG_MAX)
+		return -E2BIG;
+	buf = malloc(8 + body);
+	if (!buf)
+		return -ENOMEM;
+	put_u32(buf, (uint32_t)n);
+	put_u32(buf + 4, 0);
+	for (size_t i = 0; i < n; i++) {
+		put_u64(buf + 8 + i * MN_FREE_WIRE, ex[i].off);
+		put_u64(buf + 16 + i * MN_FREE_WIRE, ex[i].len);
+	}
+	if (inline_)
+		rc = mn_call(c, MN_OP_FREE_EXTENTS, buf, 8 + body, NULL, 0, NULL, 0, NULL);
+	else
+		rc = mn_call(c, MN_OP_FREE_EXTENTS, buf, 8, buf + 8, body, NULL, 0, NULL);
+	free(buf);
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < n; i++)
+		ext_del(c, ex[i].off);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int mn_root_get(struct mn_client *c, void *buf, size_t cap, size_t *len)
+{
+	uint8_t rep[16 + MN_ROOT_MAX];
+	size_t rl = 0;
+	uint32_t l;
+	int rc;
+
+	*len = 0;
+	rc = call_simple(c, MN_OP_ROOT_GET, NULL, 0, rep, sizeof(rep), &rl);
+	if (rc)
+		return rc;
+	if (rl < 16 || (l = get_u32(rep)) > MN_ROOT_MAX || rl != 16u + l)
+		return -EBADMSG;
+	memcpy(buf, rep + 16, l < cap ? l : cap);
+	*len = l;
+	return l > cap ? -ERANGE : 0;
+}
+
+int mn_root_set(struct mn_client *c, const void *buf, size_t len)
+{
+	uint8_t req[8 + MN_ROOT_MAX];
+
+	if (len > MN_ROOT_MAX)
+		return -EMSGSIZE;
+	put_u32(req, (uint32_t)len);
+	put_u32(req + 4, 0);
+	memcpy(req + 8, buf, len);
+	return call_simple(c, MN_OP_ROOT_SET, req, 8 + len, NULL, 0, NULL);
+}
+
+int mn_sync(struct mn_client *c, uint64_t off, uint64_t len)
+{
+	uint8_t req[16];
+
+	put_u64(req, off);
+	put_u64(req + 8, len);
+	return call_simple(c, MN_OP_SYNC, req, 16, NULL, 0, NULL);
+}
+
+int mn_stats(struct mn_client *c, struct mn_node_stats *st)
+{
+	uint8_t rep[MN_STATS_FIXED];
+	uint64_t f[12];
+	size_t rl = 0;
+	int rc;
+
+	rc = call_simple(c, MN_OP_STATS, NULL, 0, rep, sizeof(rep), &rl);
+	if (rc)
+		return rc;
+	if (rl < MN_STATS_FIXED)
+		return -EBADMSG;
+	for (int i = 0; i < 12; i++)
+		f[i] = get_u64(rep + 8 * i);
+	*st = (struct mn_node_stats){
+		.capacity = f[0], .used = f[1], .used_slabs = f[2], .used_node = f[3],
+		.volumes = f[4], .clients = f[5], .requests = f[6], .bytes_in = f[7],
+		.bytes_out = f[8], .compactions = f[9], .compaction_bytes_read = f[10],
+		.compaction_bytes_written = f[11],
+	};
+	return 0;
+}
+
+void mn_client_net_stats(const struct mn_client *c, struct net_stats *st)
+{
+	struct mn_client *m = (struct mn_client *)c;
+	struct net_stats cur = { 0 };
+
+	pthread_mutex_lock(&m->lock);
+	*st = m->closed;
+	if (m->ch)
+		net_conn_stats(rpc_chan_conn(m->ch), &cur);
+	pthread_mutex_unlock(&m->lock);
+	st->bytes_sent += cur.bytes_sent;
+	st->bytes_recv += cur.bytes_recv;
+	st->ops_posted += cur.ops_posted;
+	st->ops_completed += cur.ops_completed;
+	st->ops_failed += cur.ops_failed;
+}
+
+/* ------------------------------------------------------------- data I/O */
+
+enum { IO_CH, IO_HANDLE, IO_BOUNCE, IO_USER };
+
+static int io_post(struct mn_client *c, struct mn_io *io, bool write, uint64_t off, void *buf,
+		   size_t len)
+{
+	struct mn_buf *bounce = NULL;
+	struct rpc_chan *ch;
+	struct net_mr *mr;
+	uint64_t raddr, h;
+	uint32_t rkey;
+	void *local = buf;
+	int rc;
+
+	memset(io, 0, sizeof(*io));
+	if (!len) {
+		io->done = 1;
+		return 0;
+	}
+	rc = acquire(c, off, len, write, &ch, &raddr, &rkey);
+	if (rc)
+		goto out_done;
+	mr = buf_find(c, buf, len);
+	if (!mr) {
+		bounce = buf_new(c, len);
+		if (!bounce) {
+			rc = -ENOMEM;
+			goto out_unref;
+		}
+		mr = bounce->mr;
+		local = bounce->p;
+		if (write)
+			memcpy(local, buf, len);
+	}
+	if (write)
+		rc = rpc_post_write(ch, local, len, mr->lkey, raddr, rkey, &h);
+	else
+		rc = rpc_post_read(ch, local, len, mr->lkey, raddr, rkey, &h);
+	if (rc)
+		goto out_bounce;
+	io->priv[IO_CH] = ch;
+	io->priv[IO_HANDLE] = (void *)(uintptr_t)h;
+	io->priv[IO_BOUNCE] = bounce;
+	io->priv[IO_USER] = write ? NULL : buf;
+	return 0;
+
+out_bounce:
+	buf_del(bounce);
+out_unref:
+	rpc_chan_unref(ch);
+out_done:
+	io->status = map_err(rc);
+	io->done = 1;
+	return io->status;
+}
+
+int mn_post_read(struct mn_client *c, struct mn_io *io, uint64_t off, void *buf, size_t len)
+{
+	return io_post(c, io, false, off, buf, len);
+}
+
+int mn_post_write(struct mn_client *c, struct mn_io *io, uint64_t off, const void *buf,
+		  size_t len)
+{
+	return io_post(c, io, true, off, (void *)buf, len);
+}
+
+int mn_wait(struct mn_client *c, struct mn_io *io)
+{
+	struct rpc_chan *ch = io->priv[IO_CH];
+	struct mn_buf *bounce = io->priv[IO_BOUNCE];
+	int rc;
+
+	if (io->done)
+		return io->status;
+	rc = rpc_wait(ch, (uint64_t)(uintptr_t)io->priv[IO_HANDLE], 0);
+	if (!rc && bounce && io->priv[IO_USER])
+		memcpy(io->priv[IO_USER], bounce->p, bounce->len);
+	if (rc != -ETIMEDOUT) /* else the transport may still use it: leak it */
+		buf_del(bounce);
+	rpc_chan_unref(ch);
+	memset(io->priv, 0, sizeof(io->priv));
+	io->status = map_err(rc);
+	io->done = 1;
+	return io->status;
+}
+
+int mn_read(struct mn_client *c, uint64_t off, void *buf, size_t len)
+{
+	struct mn_io io;
+
+	mn_post_read(c, &io, off, buf, len);
+	return mn_wait(c, &io);
+}
+
+int mn_write(struct mn_client *c, uint64_t off, const void *buf, size_t len)
+{
+	struct mn_io io;
+
+	mn_post_write(c, &io, off, buf, len);
+	return mn_wait(c, &io);
+}
+
+/* ------------------------------------------------------------- internals */
+
+int mn_client_translate(struct mn_client *c, uint64_t off, size_t len, bool write,
+			uint64_t *raddr, uint32_t *rkey)
+{
+	struct rpc_chan *ch;
+	int rc = acquire(c, off, len, write, &ch, raddr, rkey);
+
+	if (!rc)
+		rpc_chan_unref(ch);
+	return rc;
+}
+
+struct net_conn *mn_client_conn(struct mn_client *c)
+{
+	struct net_conn *conn = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->ch)
+		conn = rpc_chan_conn(c->ch);
+	pthread_mutex_unlock(&c->lock);
+	return conn;
+}
+
+struct net_domain *mn_client_domain(struct mn_client *c)
+{
+	return c->dom;
+}

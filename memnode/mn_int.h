@@ -1,0 +1,97 @@
+/* memnode/mn_int.h — private to memnode/: the server's state, shared by
+ * mn_server.c (connections, volumes, leases, grants) and mn_ops.c (the RPC
+ * dispatch table and its handlers).
+ *
+ * Locking: s->lock protects the region (allocation map, volume table,
+ * roots), the volume states, the list of connections and every conn's
+ * grants.  Handlers run on RPC worker threads and take it around each
+ * state change; they never hold it across a network wait.
+ */
+#ifndef DKV_MN_INT_H
+#define DKV_MN_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "memnode/mn_region.h"
+#include "memnode/mn_server.h"
+#include "net/rpc.h"
+
+struct mn_grant {
+	uint64_t off, len;
+	uint32_t rkey;
+	unsigned access;
+};
+
+/* One client connection (the rpc_sconn's user data). */
+struct mn_conn {
+	struct mn_server *srv;
+	struct rpc_sconn *sc;     /* set by on_established */
+	int vol;                  /* volume index, -1 until OPEN */
+	bool writer;              /* holds vol's lease */
+	bool gone;                /* disconnected: grants are void */
+	struct mn_grant *grants;  /* under srv->lock */
+	size_t ngrants, cap;
+	char peer[96];
+	struct mn_conn *next;     /* srv->conns, under srv->lock */
+};
+
+struct mn_volstate {
+	struct mn_conn *writer;   /* lease holder or NULL */
+	unsigned clients;
+};
+
+struct mn_server {
+	struct mn_server_opts o;
+	char *listen, *backing;
+	uint8_t token[MN_TOKEN_MAX];
+	size_t token_len;
+	bool need_token;
+	uint64_t epoch;
+
+	struct net_domain *dom_net, *dom_local;
+	struct net_mr *mr_net, *mr_local;
+	struct rpc_server *rpc;
+	const char *addr_net, *addr_local;
+	bool started, stopped;
+
+	pthread_mutex_t lock;
+	struct mn_region rg;
+	struct mn_volstate vs[MN_MAX_VOLUMES];
+	struct mn_conn *conns;
+	unsigned nconns;
+
+	atomic_uint_fast64_t compactions, compaction_bytes_read, compaction_bytes_written;
+};
+
+/* An op handler: replies (rpc_reply) exactly once, now or later. */
+typedef void (*mn_op_fn)(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			 const uint8_t *req, size_t len);
+
+enum {
+	MN_OPF_VOLUME = 1,  /* needs an open volume */
+	MN_OPF_WRITER = 2,  /* needs the writer lease */
+};
+
+struct mn_op_desc {
+	const char *name;
+	unsigned flags;
+	mn_op_fn fn;
+};
+
+/* The dispatch table, indexed by enum mn_op (NULL fn: unknown op). */
+extern const struct mn_op_desc mn_ops[MN_OP_MAX];
+
+/* The RPC handler: checks flags, dispatches through mn_ops. */
+void mn_dispatch(void *user, struct rpc_call *call);
+
+/* Grant conn mc access to the run [off, off+len) of its volume if it has
+ * no grant there yet; rkey/access out.  Caller holds s->lock. */
+int mn_conn_grant(struct mn_server *s, struct mn_conn *mc, uint64_t off, uint64_t len,
+		  enum mn_kind kind, uint32_t *rkey, unsigned *access);
+/* Revoke every connection's grant on the run at off of volume v. Lock held. */
+void mn_revoke_all(struct mn_server *s, int v, uint64_t off);
+/* Release mc's lease and grants (CLOSE, disconnect).  Lock held. */
+void mn_conn_release(struct mn_server *s, struct mn_conn *mc);
+
+#endif

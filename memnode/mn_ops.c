@@ -1,0 +1,433 @@
+/* memnode/mn_ops.c — the memory node's RPC ops: one handler per op in the
+ * mn_ops[] dispatch table.  Formats are in docs/rpc.md.
+ *
+ * Adding an op (compaction is next): give it a number in enum mn_op
+ * (mn_proto.h), write a handler with the mn_op_fn signature, add a row to
+ * mn_ops[] with the flags it needs.  A handler must call rpc_reply exactly
+ * once; it may do so later from another thread (keep the rpc_call), e.g.
+ * after a merge ran on its own threads.
+ *
+ * Every request body is input: each handler checks its length first.
+ */
+#include "memnode/mn_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/err.h"
+#include "common/log.h"
+
+static void reply_err(struct rpc_call *call, int rc)
+{
+	rpc_reply(call, rc, NULL, 0);
+}
+
+static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		    const uint8_t *req, size_t len)
+{
+	uint8_t rep[MN_OPEN_REPLY_SIZE];
+	char name[MN_VOLUME_NAME_MAX + 1];
+	uint8_t flags, nl;
+	int v;
+
+	if (len < 4 || (nl = req[1]) > MN_VOLUME_NAME_MAX || len != 4u + nl ||
+	    !mn_vol_name_ok((const char *)req + 4, nl))
+		return reply_err(call, -EINVAL);
+	flags = req[0];
+	memcpy(name, req + 4, nl);
+	name[nl] = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (mc->vol >= 0) {
+		pthread_mutex_unlock(&s->lock);
+		return reply_err(call, -EBUSY);
+	}
+	v = mn_vol_find(&s->rg, name);
+	if (v == -ENOENT && (flags & MN_OPEN_CREATE)) {
+		v = mn_vol_create(&s->rg, name);
+		if (v >= 0)
+			dkv_info("volume %s created by %s", name, mc->peer);
+	}
+	if (v < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return reply_err(call, v);
+	}
+	if ((flags & MN_OPEN_WRITER) && s->vs[v].writer) {
+		dkv_warn("lease refused to %s: volume %s has a writer (%s)", mc->peer, name,
+			 s->vs[v].writer->peer);
+		pthread_mutex_unlock(&s->lock);
+		return reply_err(call, -DKV_E_LEASE);
+	}
+	mc->vol = v;
+	s->vs[v].clients++;
+	if (flags & MN_OPEN_WRITER) {
+		mc->writer = true;
+		s->vs[v].writer = mc;
+	}
+	put_u64(rep, s->rg.size);
+	put_u64(rep + 8, s->rg.vols[v].id);
+	put_u64(rep + 16, s->epoch);
+	put_u64(rep + 24, (uint64_t)(uintptr_t)s->rg.base);
+	put_u32(rep + 32, (s->rg.file_backed ? MN_VOL_FILE_BACKED : 0) |
+				  (mc->writer ? MN_VOL_WRITER : 0));
+	put_u32(rep + 36, MN_PAGE_SIZE);
+	pthread_mutex_unlock(&s->lock);
+	dkv_info("%s opened volume %s%s", mc->peer, name, mc->writer ? " as writer" : "");
+	rpc_reply(call, 0, rep, sizeof(rep));
+}
+
+static void op_alloc_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			  const uint8_t *req, size_t len)
+{
+	uint64_t want, off = 0, alen = 0;
+	uint32_t rkey = 0;
+	unsigned acc = 0;
+	uint8_t rep[24];
+	int rc;
+
+	if (len != 8)
+		return reply_err(call, -EINVAL);
+	want = get_u64(req);
+	pthread_mutex_lock(&s->lock);
+	rc = mn_alloc(&s->rg, mc->vol, MN_KIND_SLAB, want, &off, &alen);
+	if (!rc) {
+		rc = mn_conn_grant(s, mc, off, alen, MN_KIND_SLAB, &rkey, &acc);
+		if (rc)
+			mn_free(&s->rg, mc->vol, MN_KIND_SLAB, off);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return reply_err(call, rc);
+	put_u64(rep, off);
+	put_u64(rep + 8, alen);
+	put_u32(rep + 16, rkey);
+	put_u32(rep + 20, acc);
+	rpc_reply(call, 0, rep, sizeof(rep));
+}
+
+static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			 const uint8_t *req, size_t len)
+{
+	uint64_t off;
+	int rc;
+
+	if (len != 8)
+		return reply_err(call, -EINVAL);
+	off = get_u64(req);
+	pthread_mutex_lock(&s->lock);
+	rc = mn_free(&s->rg, mc->vol, MN_KIND_SLAB, off);
+	if (!rc)
+		mn_revoke_all(s, mc->vol, off);
+	pthread_mutex_unlock(&s->lock);
+	reply_err(call, rc);
+}
+
+static void op_list_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			    const uint8_t *req, size_t len)
+{
+	const size_t max = (RPC_REPLY_MAX - MN_LIST_HDR) / MN_EXTENT_WIRE;
+	uint8_t *rep;
+	uint32_t cursor, n = 0;
+	int rc = 0;
+
+	if (len != 8 || get_u64(req) > UINT32_MAX)
+		return reply_err(call, -EINVAL);
+	rep = malloc(MN_LIST_HDR + max * MN_EXTENT_WIRE);
+	if (!rep)
+		return reply_err(call, -ENOMEM);
+	cursor = (uint32_t)get_u64(req);
+	pthread_mutex_lock(&s->lock);
+	while (n < max) {
+		uint64_t off, elen;
+		enum mn_kind kind;
+		uint32_t rkey;
+		unsigned acc;
+		uint8_t *e = rep + MN_LIST_HDR + (size_t)n * MN_EXTENT_WIRE;
+
+		if (mn_next_run(&s->rg, mc->vol, &cursor, &off, &elen, &kind))
+			break;
+		rc = mn_conn_grant(s, mc, off, elen, kind, &rkey, &acc);
+		if (rc)
+			break;
+		put_u64(e, off);
+		put_u64(e + 8, elen);
+		put_u32(e + 16, rkey);
+		e[20] = (uint8_t)kind;
+		e[21] = (uint8_t)acc;
+		put_u16(e + 22, 0);
+		n++;
+	}
+	if (cursor >= s->rg.npages)
+		cursor = 0;
+	pthread_mutex_unlock(&s->lock);
+	put_u64(rep, cursor);
+	put_u32(rep + 8, n);
+	put_u32(rep + 12, 0);
+	if (rc)
+		reply_err(call, rc);
+	else
+		rpc_reply(call, 0, rep, MN_LIST_HDR + (size_t)n * MN_EXTENT_WIRE);
+	free(rep);
+}
+
+static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			    const uint8_t *req, size_t len)
+{
+	size_t alen = 0;
+	const uint8_t *arg = rpc_call_arg(call, &alen);
+	const uint8_t *ents;
+	uint32_t n;
+	int rc = 0;
+
+	if (len < 8)
+		return reply_err(call, -EINVAL);
+	n = get_u32(req);
+	if (arg) { /* large batches come as a pulled argument */
+		ents = arg;
+		if (alen != (size_t)n * MN_FREE_WIRE)
+			return reply_err(call, -EINVAL);
+	} else {
+		ents = req + 8;
+		if (len != 8 + (size_t)n * MN_FREE_WIRE)
+			return reply_err(call, -EINVAL);
+	}
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t off = get_u64(ents + (size_t)i * MN_FREE_WIRE);
+		uint64_t elen = get_u64(ents + (size_t)i * MN_FREE_WIRE + 8);
+		uint64_t p = off / MN_PAGE_SIZE;
+		int r;
+
+		if (off % MN_PAGE_SIZE || p >= s->rg.npages ||
+		    (uint64_t)s->rg.run[p] * MN_PAGE_SIZE != elen)
+			r = -EINVAL;
+		else
+			r = mn_free(&s->rg, mc->vol, MN_KIND_NODE, off);
+		if (!r)
+			mn_revoke_all(s, mc->vol, off);
+		else if (!rc)
+			rc = r;
+	}
+	pthread_mutex_unlock(&s->lock);
+	reply_err(call, rc);
+}
+
+static void op_root_get(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			const uint8_t *req, size_t len)
+{
+	uint8_t rep[16 + MN_ROOT_MAX];
+	size_t rl = 0;
+	uint64_t seq = 0;
+
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = mn_root_read(&s->rg, mc->vol, rep + 16, MN_ROOT_MAX, &rl, &seq);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return reply_err(call, rc);
+	put_u32(rep, (uint32_t)rl);
+	put_u32(rep + 4, 0);
+	put_u64(rep + 8, seq);
+	rpc_reply(call, 0, rep, 16 + rl);
+}
+
+static void op_root_set(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			const uint8_t *req, size_t len)
+{
+	uint32_t rl;
+	int rc;
+
+	if (len < 8 || (rl = get_u32(req)) > MN_ROOT_MAX || len != 8u + rl)
+		return reply_err(call, -EINVAL);
+	pthread_mutex_lock(&s->lock);
+	rc = mn_root_write(&s->rg, mc->vol, req + 8, rl);
+	pthread_mutex_unlock(&s->lock);
+	reply_err(call, rc);
+}
+
+static void op_sync(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		    const uint8_t *req, size_t len)
+{
+	uint64_t off, l;
+
+	if (len != 16)
+		return reply_err(call, -EINVAL);
+	off = get_u64(req);
+	l = get_u64(req + 8);
+	if (off > s->rg.size || l > s->rg.size - off)
+		return reply_err(call, -EINVAL);
+	/* msync needs no lock: the mapping lives as long as the server. */
+	reply_err(call, mn_region_sync(&s->rg, off, l));
+}
+
+/* Append printf output to a bounded text buffer. */
+struct tbuf {
+	char *p;
+	size_t len, cap;
+};
+__attribute__((format(printf, 2, 3))) static void tb_printf(struct tbuf *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (t->len >= t->cap)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		t->len = t->len + (size_t)n < t->cap ? t->len + (size_t)n : t->cap - 1;
+}
+
+static void op_stats(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		     const uint8_t *req, size_t len)
+{
+	struct rpc_server_stats rs;
+	uint8_t *rep = malloc(RPC_REPLY_MAX);
+	struct tbuf t;
+	uint64_t f[12];
+	unsigned nv = 0;
+
+	if (!rep)
+		return reply_err(call, -ENOMEM);
+	rpc_server_stats(s->rpc, &rs);
+	t = (struct tbuf){ (char *)rep + MN_STATS_FIXED, 0, RPC_REPLY_MAX - MN_STATS_FIXED };
+	pthread_mutex_lock(&s->lock);
+	for (int v = 0; v < MN_MAX_VOLUMES; v++)
+		nv += s->rg.vols[v].in_use;
+	f[0] = s->rg.size;
+	f[1] = s->rg.used_pages * MN_PAGE_SIZE;
+	f[2] = s->rg.slab_pages * MN_PAGE_SIZE;
+	f[3] = s->rg.node_pages * MN_PAGE_SIZE;
+	f[4] = nv;
+	f[5] = s->nconns;
+	f[6] = rs.requests;
+	f[7] = rs.bytes_in;
+	f[8] = rs.bytes_out;
+	f[9] = atomic_load(&s->compactions);
+	f[10] = atomic_load(&s->compaction_bytes_read);
+	f[11] = atomic_load(&s->compaction_bytes_written);
+	tb_printf(&t, "file_backed: %d\nbad_requests: %llu\n", s->rg.file_backed,
+		  (unsigned long long)rs.bad_requests);
+	for (int v = 0; v < MN_MAX_VOLUMES; v++) {
+		struct mn_vol *vo = &s->rg.vols[v];
+		if (!vo->in_use)
+			continue;
+		tb_printf(&t, "volume.%s.slab_bytes: %llu\nvolume.%s.node_bytes: %llu\n",
+			  vo->name, (unsigned long long)vo->used_slab, vo->name,
+			  (unsigned long long)vo->used_node);
+		tb_printf(&t, "volume.%s.clients: %u\nvolume.%s.writer: %s\n", vo->name,
+			  s->vs[v].clients, vo->name,
+			  s->vs[v].writer ? s->vs[v].writer->peer : "none");
+	}
+	for (struct mn_conn *c = s->conns; c; c = c->next) {
+		uint64_t gb = 0;
+		for (size_t i = 0; i < c->ngrants; i++)
+			gb += c->grants[i].len;
+		tb_printf(&t, "client.%s: volume=%s writer=%d grants=%zu granted_bytes=%llu\n",
+			  c->peer, c->vol >= 0 ? s->rg.vols[c->vol].name : "-", c->writer,
+			  c->ngrants, (unsigned long long)gb);
+	}
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; i < 12; i++)
+		put_u64(rep + 8 * i, f[i]);
+	rpc_reply(call, 0, rep, MN_STATS_FIXED + t.len);
+	free(rep);
+}
+
+static void op_volumes(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		       const uint8_t *req, size_t len)
+{
+	char *rep = malloc(RPC_REPLY_MAX);
+	struct tbuf t = { rep, 0, RPC_REPLY_MAX };
+
+	if (!rep)
+		return reply_err(call, -ENOMEM);
+	pthread_mutex_lock(&s->lock);
+	for (int v = 0; v < MN_MAX_VOLUMES; v++) {
+		struct mn_vol *vo = &s->rg.vols[v];
+		if (!vo->in_use)
+			continue;
+		tb_printf(&t, "%s id=%u slab_bytes=%llu node_bytes=%llu clients=%u writer=%s\n",
+			  vo->name, vo->id, (unsigned long long)vo->used_slab,
+			  (unsigned long long)vo->used_node, s->vs[v].clients,
+			  s->vs[v].writer ? s->vs[v].writer->peer : "none");
+	}
+	pthread_mutex_unlock(&s->lock);
+	rpc_reply(call, 0, rep, t.len);
+	free(rep);
+}
+
+static void op_close(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		     const uint8_t *req, size_t len)
+{
+	pthread_mutex_lock(&s->lock);
+	if (mc->vol >= 0)
+		dkv_info("%s closed volume %s%s", mc->peer, s->rg.vols[mc->vol].name,
+			 mc->writer ? " (writer lease released)" : "");
+	mn_conn_release(s, mc);
+	pthread_mutex_unlock(&s->lock);
+	reply_err(call, 0);
+}
+
+static void op_echo(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		    const uint8_t *req, size_t len)
+{
+	size_t alen = 0;
+	const void *arg = rpc_call_arg(call, &alen);
+	uint8_t *rep = malloc(8 + len);
+
+	if (!rep)
+		return reply_err(call, -ENOMEM);
+	put_u32(rep, (uint32_t)alen);
+	put_u32(rep + 4, arg ? crc32c(arg, alen) : 0);
+	memcpy(rep + 8, req, len);
+	rpc_reply(call, 0, rep, 8 + len);
+	free(rep);
+}
+
+const struct mn_op_desc mn_ops[MN_OP_MAX] = {
+	[MN_OP_OPEN] = { "open", 0, op_open },
+	[MN_OP_ALLOC_SLAB] = { "alloc_slab", MN_OPF_VOLUME | MN_OPF_WRITER, op_alloc_slab },
+	[MN_OP_FREE_SLAB] = { "free_slab", MN_OPF_VOLUME | MN_OPF_WRITER, op_free_slab },
+	[MN_OP_LIST_EXTENTS] = { "list_extents", MN_OPF_VOLUME, op_list_extents },
+	[MN_OP_FREE_EXTENTS] = { "free_extents", MN_OPF_VOLUME | MN_OPF_WRITER,
+				 op_free_extents },
+	[MN_OP_ROOT_GET] = { "root_get", MN_OPF_VOLUME, op_root_get },
+	[MN_OP_ROOT_SET] = { "root_set", MN_OPF_VOLUME | MN_OPF_WRITER, op_root_set },
+	[MN_OP_SYNC] = { "sync", MN_OPF_VOLUME, op_sync },
+	[MN_OP_STATS] = { "stats", 0, op_stats },
+	[MN_OP_VOLUMES] = { "volumes", 0, op_volumes },
+	[MN_OP_CLOSE] = { "close", 0, op_close },
+	[MN_OP_ECHO] = { "echo", 0, op_echo },
+	/* [MN_OP_COMPACT]: near-data compaction goes here. */
+};
+
+void mn_dispatch(void *user, struct rpc_call *call)
+{
+	struct mn_server *s = user;
+	struct mn_conn *mc = rpc_sconn_user(rpc_call_sconn(call));
+	uint16_t op = rpc_call_op(call);
+	const struct mn_op_desc *d = op < MN_OP_MAX ? &mn_ops[op] : NULL;
+	size_t len = 0;
+	const uint8_t *req = rpc_call_req(call, &len);
+	bool has_vol, writer;
+
+	if (!d || !d->fn)
+		return reply_err(call, -EOPNOTSUPP);
+	pthread_mutex_lock(&s->lock);
+	has_vol = mc->vol >= 0 && !mc->gone;
+	writer = mc->writer;
+	pthread_mutex_unlock(&s->lock);
+	if ((d->flags & MN_OPF_VOLUME) && !has_vol)
+		return reply_err(call, -EBADF);
+	if ((d->flags & MN_OPF_WRITER) && !writer)
+		return reply_err(call, -EROFS);
+	d->fn(s, mc, call, req, len);
+}

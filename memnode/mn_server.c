@@ -1,0 +1,395 @@
+/* memnode/mn_server.c — the memory node server: region, listeners,
+ * connections, tokens, volumes, leases and grants.  The RPC ops themselves
+ * are in mn_ops.c.
+ *
+ * A connection's life:
+ *   on_connect (hello: version, token)  -> accepted or rejected (logged)
+ *   on_established                      -> listed in s->conns
+ *   MN_OP_OPEN                          -> bound to a volume; writer lease
+ *   ALLOC/LIST...                       -> grants (net_grant) on its runs
+ *   MN_OP_CLOSE or disconnect           -> mn_conn_release: lease and grants go
+ *   on_free                             -> unlisted, freed
+ *
+ * The region is registered without remote access: a client reaches only the
+ * windows granted on its own connection (slabs read+write for the writer,
+ * everything else read-only), so a bad address or a forged key completes
+ * with -DKV_E_GRANT and breaks that client's connection only.
+ */
+#include "memnode/mn_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+#define MN_DEFAULT_SIZE (1ull << 30)
+
+void mn_server_opts_init(struct mn_server_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen = "127.0.0.1:0";
+	o->transport = NET_AUTO;
+	o->size = MN_DEFAULT_SIZE;
+	o->threads = 2;
+}
+
+static struct net_mr *conn_mr(struct mn_server *s, struct mn_conn *mc)
+{
+	return rpc_sconn_domain(mc->sc) == s->dom_local ? s->mr_local : s->mr_net;
+}
+
+static struct mn_grant *grant_find(struct mn_conn *mc, uint64_t off)
+{
+	for (size_t i = 0; i < mc->ngrants; i++)
+		if (mc->grants[i].off == off)
+			return &mc->grants[i];
+	return NULL;
+}
+
+int mn_conn_grant(struct mn_server *s, struct mn_conn *mc, uint64_t off, uint64_t len,
+		  enum mn_kind kind, uint32_t *rkey, unsigned *access)
+{
+	struct mn_grant *g = grant_find(mc, off);
+	unsigned acc = NET_ACCESS_REMOTE_READ;
+	int rc;
+
+	if (kind == MN_KIND_SLAB && mc->writer)
+		acc |= NET_ACCESS_REMOTE_WRITE;
+	if (g && g->len == len && g->access == acc) {
+		*rkey = g->rkey;
+		*access = g->access;
+		return 0;
+	}
+	if (g) { /* stale (lease changed): replace it */
+		net_revoke(rpc_sconn_net(mc->sc), g->rkey);
+		*g = mc->grants[--mc->ngrants];
+	}
+	if (mc->ngrants == mc->cap) {
+		size_t nc = mc->cap ? mc->cap * 2 : 16;
+		struct mn_grant *ng = realloc(mc->grants, nc * sizeof(*ng));
+		if (!ng)
+			return -ENOMEM;
+		mc->grants = ng;
+		mc->cap = nc;
+	}
+	rc = net_grant(rpc_sconn_net(mc->sc), conn_mr(s, mc), s->rg.base + off, len, acc, rkey);
+	if (rc)
+		return rc;
+	mc->grants[mc->ngrants++] = (struct mn_grant){ off, len, *rkey, acc };
+	*access = acc;
+	return 0;
+}
+
+void mn_revoke_all(struct mn_server *s, int v, uint64_t off)
+{
+	for (struct mn_conn *mc = s->conns; mc; mc = mc->next) {
+		struct mn_grant *g;
+		if (mc->vol != v || mc->gone || !(g = grant_find(mc, off)))
+			continue;
+		net_revoke(rpc_sconn_net(mc->sc), g->rkey);
+		*g = mc->grants[--mc->ngrants];
+	}
+}
+
+void mn_conn_release(struct mn_server *s, struct mn_conn *mc)
+{
+	if (!mc->gone)
+		for (size_t i = 0; i < mc->ngrants; i++)
+			net_revoke(rpc_sconn_net(mc->sc), mc->grants[i].rkey);
+	mc->ngrants = 0;
+	if (mc->vol >= 0) {
+		struct mn_volstate *vs = &s->vs[mc->vol];
+		if (vs->writer == mc)
+			vs->writer = NULL;
+		vs->clients--;
+	}
+	mc->writer = false;
+	mc->vol = -1;
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+static bool token_eq(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+	uint8_t d = al != bl;
+
+	for (size_t i = 0; i < MN_TOKEN_MAX; i++)
+		d |= (uint8_t)((i < al ? a[i] : 0) ^ (i < bl ? b[i] : 0));
+	return d == 0;
+}
+
+static int srv_on_connect(void *user, const void *priv, size_t len, const char *peer,
+			  void **conn_user, void *rpriv, size_t *rlen)
+{
+	struct mn_server *s = user;
+	struct mn_welcome w = { .version = MN_PROTO_VERSION, .epoch = s->epoch };
+	struct mn_hello h;
+	struct mn_conn *mc;
+	int rc;
+
+	rc = mn_hello_decode(priv, len, &h);
+	if (rc == -DKV_E_VERSION)
+		dkv_warn("refused %s: protocol version %u (this node speaks %u)", peer, h.version,
+			 MN_PROTO_VERSION);
+	else if (rc)
+		dkv_warn("refused %s: malformed hello", peer);
+	else if (s->need_token && !token_eq(h.token, h.token_len, s->token, s->token_len)) {
+		dkv_warn("auth failure from %s: wrong or missing token", peer);
+		rc = -DKV_E_TOKEN;
+	}
+	if (!rc) {
+		mc = calloc(1, sizeof(*mc));
+		if (!mc)
+			rc = -ENOMEM;
+	}
+	w.status = rc;
+	mn_welcome_encode(rpriv, &w);
+	*rlen = MN_WELCOME_SIZE;
+	if (rc)
+		return rc;
+	mc->srv = s;
+	mc->vol = -1;
+	snprintf(mc->peer, sizeof(mc->peer), "%s", peer);
+	*conn_user = mc;
+	return 0;
+}
+
+static void srv_on_established(void *user, struct rpc_sconn *sc, void *conn_user)
+{
+	struct mn_server *s = user;
+	struct mn_conn *mc = conn_user;
+
+	pthread_mutex_lock(&s->lock);
+	mc->sc = sc;
+	mc->next = s->conns;
+	s->conns = mc;
+	s->nconns++;
+	pthread_mutex_unlock(&s->lock);
+	dkv_info("connect %s", mc->peer);
+}
+
+static void srv_on_disconnect(void *user, struct rpc_sconn *sc, void *conn_user)
+{
+	struct mn_server *s = user;
+	struct mn_conn *mc = conn_user;
+	const char *vol = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	if (mc->vol >= 0)
+		vol = s->rg.vols[mc->vol].name;
+	dkv_info("disconnect %s%s%s%s", mc->peer, vol ? " (volume " : "", vol ? vol : "",
+		 vol ? mc->writer ? ", writer lease released)" : ")" : "");
+	mn_conn_release(s, mc);
+	mc->gone = true;
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void srv_on_free(void *user, void *conn_user)
+{
+	struct mn_server *s = user;
+	struct mn_conn *mc = conn_user, **pp;
+
+	if (!mc)
+		return;
+	pthread_mutex_lock(&s->lock);
+	for (pp = &s->conns; *pp; pp = &(*pp)->next)
+		if (*pp == mc) {
+			*pp = mc->next;
+			s->nconns--;
+			break;
+		}
+	pthread_mutex_unlock(&s->lock);
+	free(mc->grants);
+	free(mc);
+}
+
+static const struct rpc_server_ops mn_rpc_ops = {
+	.on_connect = srv_on_connect,
+	.on_established = srv_on_established,
+	.on_disconnect = srv_on_disconnect,
+	.on_free = srv_on_free,
+	.handle = mn_dispatch,
+};
+
+/* ------------------------------------------------------------ life cycle */
+
+int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
+{
+	struct mn_server *s;
+	int rc;
+
+	if (!o || (o->token && o->token_len > MN_TOKEN_MAX) || o->threads < 0)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->rg.fd = -1;
+	s->o = *o;
+	s->listen = strdup(o->listen ? o->listen : "127.0.0.1:0");
+	s->backing = o->backing ? strdup(o->backing) : NULL;
+	if (!s->listen || (o->backing && !s->backing)) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	s->o.listen = s->listen;
+	s->o.backing = s->backing;
+	s->o.token = NULL;
+	if (!s->o.size)
+		s->o.size = MN_DEFAULT_SIZE;
+	if (!s->o.threads)
+		s->o.threads = 2;
+	if (o->token) {
+		memcpy(s->token, o->token, o->token_len);
+		s->token_len = o->token_len;
+		s->need_token = true;
+	}
+	if (getrandom(&s->epoch, sizeof(s->epoch), 0) != sizeof(s->epoch))
+		s->epoch = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)s << 16);
+	pthread_mutex_init(&s->lock, NULL);
+	rc = mn_region_open(&s->rg, s->backing, s->o.size);
+	if (rc) {
+		dkv_err("cannot open the region%s%s: %s", s->backing ? " " : "",
+			s->backing ? s->backing : "", dkv_strerror(rc));
+		goto out_lock;
+	}
+	*out = s;
+	return 0;
+
+out_lock:
+	pthread_mutex_destroy(&s->lock);
+out_free:
+	free(s->listen);
+	free(s->backing);
+	free(s);
+	return rc;
+}
+
+/* The port of a bound "HOST:PORT" (or "[v6]:PORT"). */
+static const char *addr_port(const char *a)
+{
+	const char *c = strrchr(a, ':');
+	return c ? c + 1 : "0";
+}
+
+static int start_local(struct mn_server *s, const char *addr)
+{
+	int rc = net_domain_create(NET_LOCAL, &s->dom_local);
+
+	if (!rc)
+		rc = net_reg_mr_fd(s->dom_local, s->rg.base, s->rg.size, s->rg.fd, 0,
+				   NET_ACCESS_LOCAL_WRITE, &s->mr_local);
+	if (!rc)
+		rc = rpc_server_listen(s->rpc, s->dom_local, addr, &s->addr_local);
+	return rc;
+}
+
+int mn_server_start(struct mn_server *s)
+{
+	struct rpc_server_opts ro = {
+		.ops = &mn_rpc_ops, .user = s, .threads = s->o.threads, .name = "memnode",
+	};
+	bool unix_only = !strncmp(s->listen, "unix:", 5);
+	char laddr[64];
+	int rc;
+
+	if (s->started)
+		return -EBUSY;
+	rc = rpc_server_create(&ro, &s->rpc);
+	if (rc)
+		return rc;
+	s->started = true;
+	if (unix_only) {
+		rc = start_local(s, s->listen);
+		if (rc)
+			dkv_err("cannot listen on %s: %s", s->listen, dkv_strerror(rc));
+		return rc;
+	}
+	if (s->o.transport == NET_RDMA || s->o.transport == NET_AUTO) {
+		rc = net_domain_create(NET_RDMA, &s->dom_net);
+		if (rc && s->o.transport == NET_RDMA)
+			return rc;
+	}
+	if (!s->dom_net) {
+		if (s->o.transport != NET_AUTO && s->o.transport != NET_TCP &&
+		    s->o.transport != NET_RDMA)
+			return -EINVAL;
+		rc = net_domain_create(NET_TCP, &s->dom_net);
+		if (rc)
+			return rc;
+	}
+	rc = net_reg_mr_fd(s->dom_net, s->rg.base, s->rg.size, s->rg.fd, 0,
+			   NET_ACCESS_LOCAL_WRITE, &s->mr_net);
+	if (!rc)
+		rc = rpc_server_listen(s->rpc, s->dom_net, s->listen, &s->addr_net);
+	if (rc) {
+		dkv_err("cannot listen on %s: %s", s->listen, dkv_strerror(rc));
+		return rc;
+	}
+	if (!s->o.no_local) {
+		snprintf(laddr, sizeof(laddr), "unix:@dkvfs-memnode-%s", addr_port(s->addr_net));
+		rc = start_local(s, laddr);
+		if (rc) {
+			/* The network side works; same-host clients fall back to it. */
+			dkv_warn("not serving %s: %s", laddr, dkv_strerror(rc));
+			s->addr_local = NULL;
+		}
+	}
+	dkv_info("serving %s%s%s, region %llu MiB%s%s", s->addr_net,
+		 s->addr_local ? " and " : "", s->addr_local ? s->addr_local : "",
+		 (unsigned long long)(s->rg.size >> 20), s->backing ? " backed by " : "",
+		 s->backing ? s->backing : "");
+	return 0;
+}
+
+void mn_server_stop(struct mn_server *s)
+{
+	if (!s || s->stopped)
+		return;
+	s->stopped = true;
+	rpc_server_stop(s->rpc);
+	pthread_mutex_lock(&s->lock);
+	mn_region_sync(&s->rg, 0, s->rg.size);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void mn_server_destroy(struct mn_server *s)
+{
+	if (!s)
+		return;
+	mn_server_stop(s);
+	rpc_server_destroy(s->rpc);
+	net_dereg_mr(s->mr_net);
+	net_dereg_mr(s->mr_local);
+	net_domain_destroy(s->dom_net);
+	net_domain_destroy(s->dom_local);
+	mn_region_close(&s->rg);
+	pthread_mutex_destroy(&s->lock);
+	free(s->listen);
+	free(s->backing);
+	free(s);
+}
+
+const char *mn_server_addr(const struct mn_server *s)
+{
+	return s->addr_net;
+}
+
+const char *mn_server_local_addr(const struct mn_server *s)
+{
+	return s->addr_local;
+}
+
+int mn_server_sync(struct mn_server *s)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = mn_region_sync(&s->rg, 0, s->rg.size);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}

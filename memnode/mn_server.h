@@ -1,0 +1,59 @@
+/* memnode/mn_server.h — the memory node as a library.
+ *
+ * dkvfs-memnode is this plus argument parsing and signals; tests, the bench
+ * and the FUSE daemon's embedded mode start one in-process or in a forked
+ * child.  Life cycle:
+ *
+ *   mn_server_opts_init -> mn_server_create (region opened/rebuilt)
+ *     -> mn_server_start (listening) -> ... -> mn_server_stop -> mn_server_destroy
+ *
+ * Listening: "HOST:PORT" serves the network backend (rdma, tcp, or auto:
+ * rdma when a device exists, else tcp) AND the local backend on the abstract
+ * unix address "unix:@dkvfs-memnode-<PORT>" (PORT as bound, so port 0
+ * works); "unix:PATH" or "unix:@NAME" serves only the local backend.
+ *
+ * Threads: create/start/stop/destroy from one thread; mn_server_addr & co.
+ * and mn_server_stats from any thread after start.
+ */
+#ifndef DKV_MN_SERVER_H
+#define DKV_MN_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/net.h"
+
+struct mn_server;
+
+struct mn_server_opts {
+	const char *listen;       /* default "127.0.0.1:0" */
+	enum net_kind transport;  /* NET_AUTO, NET_TCP or NET_RDMA (for HOST:PORT) */
+	uint64_t size;            /* region bytes, default 1 GiB (rounded up to 1 MiB) */
+	const char *backing;      /* NULL: memfd (lost on exit); else a file kept across runs */
+	const void *token;        /* NULL: no token needed; else token_len bytes */
+	size_t token_len;
+	int threads;              /* RPC worker threads, default 2 */
+	bool no_local;            /* HOST:PORT: don't also serve the local backend */
+};
+void mn_server_opts_init(struct mn_server_opts *o);
+
+/* Open (or rebuild) the region.  Errors: -EINVAL (options), errors of
+ * opening the backing file, -DKV_E_CORRUPT / -DKV_E_VERSION (backing file
+ * holds a damaged or foreign region), -ENOMEM. */
+int mn_server_create(const struct mn_server_opts *o, struct mn_server **out);
+/* Create domains, register the region, listen.  Errors: -DKV_E_NODEVICE
+ * (rdma asked, none here), -EADDRINUSE & co. from net_listen. */
+int mn_server_start(struct mn_server *s);
+/* Stop serving: close listeners and connections, msync.  Idempotent. */
+void mn_server_stop(struct mn_server *s);
+void mn_server_destroy(struct mn_server *s); /* stops first; NULL ok */
+
+/* Bound addresses (valid until destroy): the network one ("127.0.0.1:40123",
+ * NULL when listening on unix: only) and the local one (NULL if none). */
+const char *mn_server_addr(const struct mn_server *s);
+const char *mn_server_local_addr(const struct mn_server *s);
+/* msync the whole region (file-backed). */
+int mn_server_sync(struct mn_server *s);
+
+#endif

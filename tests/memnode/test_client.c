@@ -1,0 +1,254 @@
+/* tests/memnode/test_client.c — mn_client against an in-process mn_server:
+ * volumes, slabs, one-sided I/O, roots, leases, tokens, grants, ENOSPC. */
+#include <pthread.h>
+
+#include "memnode/mn_client_int.h"
+#include "memnode/mn_proto.h"
+#include "mn_test.h"
+#include "net/rpc.h"
+#include "common/coding.h"
+
+Test(client, open_alloc_write_read_root)
+{
+	struct mn_server *s = mt_server(64 << 20, NULL);
+	struct mn_client *c;
+	struct mn_volume_info vi;
+	struct mn_extent e;
+	char buf[4096], back[4096];
+	size_t len = 0;
+	int rc;
+
+	rc = mt_open(mn_server_addr(s), "vol1", true, NULL, 2000, &c);
+	cr_assert_eq(rc, 0, "open: %s", dkv_strerror(rc));
+	mn_volume_info(c, &vi);
+	cr_assert_eq(vi.region_size, 64 << 20);
+	cr_assert(vi.volume_id > 0);
+
+	rc = mn_alloc_slab(c, 3 << 20, &e);
+	cr_assert_eq(rc, 0, "alloc: %s", dkv_strerror(rc));
+	cr_assert_eq(e.len, 3 << 20);
+	cr_assert(e.off >= MN_HDR_SIZE);
+
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (char)(i * 7 + 3);
+	/* Unregistered buffer: bounce. */
+	cr_assert_eq(mn_write(c, e.off + 100, buf, sizeof(buf)), 0);
+	memset(back, 0, sizeof(back));
+	cr_assert_eq(mn_read(c, e.off + 100, back, sizeof(back)), 0);
+	cr_assert_arr_eq(buf, back, sizeof(buf));
+
+	/* Registered buffer, async, at the end of the slab. */
+	char *rb = mn_buf_alloc(c, 1 << 20);
+	cr_assert_not_null(rb);
+	memset(rb, 0x5a, 1 << 20);
+	struct mn_io io;
+	cr_assert_eq(mn_post_write(c, &io, e.off + e.len - (1 << 20), rb, 1 << 20), 0);
+	cr_assert_eq(mn_wait(c, &io), 0);
+	memset(rb, 0, 1 << 20);
+	cr_assert_eq(mn_post_read(c, &io, e.off + e.len - (1 << 20), rb, 1 << 20), 0);
+	cr_assert_eq(mn_wait(c, &io), 0);
+	for (size_t i = 0; i < (1 << 20); i += 4093)
+		cr_assert_eq((unsigned char)rb[i], 0x5a);
+	mn_buf_free(c, rb);
+
+	/* Past the slab: refused by the client before it reaches the wire. */
+	cr_assert_eq(mn_read(c, e.off + e.len - 10, back, 20), -DKV_E_GRANT);
+	cr_assert_eq(mn_read(c, 0, back, 20), -DKV_E_GRANT);
+
+	cr_assert_eq(mn_root_get(c, buf, sizeof(buf), &len), 0);
+	cr_assert_eq(len, 0);
+	cr_assert_eq(mn_root_set(c, "hello root", 10), 0);
+	cr_assert_eq(mn_root_get(c, back, sizeof(back), &len), 0);
+	cr_assert_eq(len, 10);
+	cr_assert_arr_eq(back, "hello root", 10);
+
+	struct mn_extent *ex = NULL;
+	size_t n = 0;
+	cr_assert_eq(mn_list_extents(c, &ex, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(ex[0].off, e.off);
+	cr_assert_eq(ex[0].len, e.len);
+	free(ex);
+
+	cr_assert_eq(mn_sync(c, e.off, 4096), 0);
+	struct mn_node_stats st;
+	cr_assert_eq(mn_stats(c, &st), 0);
+	cr_assert_eq(st.capacity, 64 << 20);
+	cr_assert_eq(st.used_slabs, 3 << 20);
+	cr_assert_eq(st.used, 4 << 20);
+	cr_assert_eq(st.volumes, 1);
+	cr_assert(st.requests > 5);
+
+	cr_assert_eq(mn_free_slab(c, e.off), 0);
+	cr_assert_eq(mn_read(c, e.off, back, 16), -DKV_E_GRANT);
+	cr_assert_eq(mn_stats(c, &st), 0);
+	cr_assert_eq(st.used_slabs, 0);
+
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+Test(client, enospc_then_free)
+{
+	struct mn_server *s = mt_server(8 << 20, NULL); /* 7 usable pages */
+	struct mn_client *c;
+	struct mn_extent e[8];
+	int rc, n = 0;
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 2000, &c), 0);
+	while ((rc = mn_alloc_slab(c, 2 << 20, &e[n])) == 0)
+		n++;
+	cr_assert_eq(rc, -ENOSPC);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e[n]), 0); /* the 7th page */
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e[n + 1]), -ENOSPC);
+	/* What is stored is unharmed. */
+	cr_assert_eq(mn_write(c, e[0].off, "abc", 3), 0);
+	cr_assert_eq(mn_free_slab(c, e[1].off), 0);
+	cr_assert_eq(mn_alloc_slab(c, 2 << 20, &e[1]), 0);
+	char b[3];
+	cr_assert_eq(mn_read(c, e[0].off, b, 3), 0);
+	cr_assert_arr_eq(b, "abc", 3);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+Test(client, token)
+{
+	struct mn_server *s = mt_server(16 << 20, "s3cret");
+	struct mn_client *c = NULL;
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, "wrong", 2000, &c), -DKV_E_TOKEN);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 2000, &c), -DKV_E_TOKEN);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, "s3cret", 2000, &c), 0);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+Test(client, version_mismatch)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct net_domain *d;
+	struct net_conn *conn = NULL;
+	struct mn_hello h = { .version = MN_PROTO_VERSION + 7 };
+	struct mn_welcome w;
+	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX];
+	size_t rl = sizeof(rp);
+
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	mn_hello_encode(hello, &h);
+	cr_assert_eq(net_connect(d, mn_server_addr(s), NULL, hello, sizeof(hello), &conn, rp, &rl),
+		     -ECONNREFUSED);
+	cr_assert_eq(mn_welcome_decode(rp, rl, &w), 0);
+	cr_assert_eq(w.status, -DKV_E_VERSION);
+	/* Garbage hello: refused too. */
+	memset(hello, 0x41, sizeof(hello));
+	rl = sizeof(rp);
+	cr_assert_eq(net_connect(d, mn_server_addr(s), NULL, hello, sizeof(hello), &conn, rp, &rl),
+		     -ECONNREFUSED);
+	cr_assert_eq(mn_welcome_decode(rp, rl, &w), 0);
+	cr_assert_eq(w.status, -EPROTO);
+	net_domain_destroy(d);
+	mn_server_destroy(s);
+}
+
+Test(client, second_writer_refused_until_first_closes)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *a, *b = NULL, *r;
+	struct mn_extent e;
+	char x[4];
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "vol", true, NULL, 2000, &a), 0);
+	cr_assert_eq(mt_open(mn_server_addr(s), "vol", true, NULL, 2000, &b), -DKV_E_LEASE);
+	/* Readers are fine, and cannot write. */
+	cr_assert_eq(mt_open(mn_server_addr(s), "vol", false, NULL, 2000, &r), 0);
+	cr_assert_eq(mn_alloc_slab(a, 1 << 20, &e), 0);
+	cr_assert_eq(mn_write(a, e.off, "data", 4), 0);
+	cr_assert_eq(mn_read(r, e.off, x, 4), 0); /* new extent: refreshed grants */
+	cr_assert_arr_eq(x, "data", 4);
+	cr_assert_eq(mn_write(r, e.off, "nope", 4), -DKV_E_GRANT);
+	cr_assert_eq(mn_alloc_slab(r, 1 << 20, &e), -EROFS);
+	/* Another volume has its own lease. */
+	cr_assert_eq(mt_open(mn_server_addr(s), "other", true, NULL, 2000, &b), 0);
+	mn_client_close(b);
+	mn_client_close(a);
+	cr_assert_eq(mt_open(mn_server_addr(s), "vol", true, NULL, 2000, &b), 0);
+	mn_client_close(b);
+	mn_client_close(r);
+	mn_server_destroy(s);
+}
+
+Test(client, grant_checked_on_the_wire)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c;
+	struct mn_extent e;
+	uint64_t raddr;
+	uint32_t rkey;
+	struct net_wc wc;
+	char x[64];
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	cr_assert_eq(mn_client_translate(c, e.off, 64, true, &raddr, &rkey), 0);
+
+	/* Raw transport, the granted rkey, an address just past the grant. */
+	struct net_domain *d;
+	struct net_conn *conn;
+	struct net_mr *mr;
+	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX];
+	size_t rl = sizeof(rp);
+	struct mn_hello h = { .version = MN_PROTO_VERSION };
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	mn_hello_encode(hello, &h);
+	cr_assert_eq(net_connect(d, mn_server_addr(s), NULL, hello, sizeof(hello), &conn, rp, &rl),
+		     0);
+	cr_assert_eq(net_reg_mr(d, x, sizeof(x), NET_ACCESS_LOCAL_WRITE, &mr), 0);
+	/* Grants are per connection: the writer's rkey means nothing here. */
+	cr_assert_eq(net_post_read(conn, 1, x, 64, mr->lkey, raddr, rkey), 0);
+	int n;
+	do
+		n = net_poll(conn, &wc, 1, 3000);
+	while (n == 0);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(wc.status, -DKV_E_GRANT);
+	net_close(conn);
+	net_dereg_mr(mr);
+	net_domain_destroy(d);
+
+	mn_client_close(c);
+
+	/* Our own volume and slab through the RPC layer, then one byte past
+	 * the end of the granted slab with the granted rkey. */
+	struct rpc_chan *ch;
+	uint8_t req[4 + 8], rep[64];
+	size_t rlen = 0;
+	rl = sizeof(rp);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_connect(d, mn_server_addr(s), NULL, hello, sizeof(hello), &conn, rp, &rl),
+		     0);
+	cr_assert_eq(rpc_chan_create(d, conn, 3000, &ch), 0);
+	req[0] = MN_OPEN_CREATE | MN_OPEN_WRITER;
+	req[1] = 2;
+	req[2] = req[3] = 0;
+	memcpy(req + 4, "w2", 2);
+	cr_assert_eq(rpc_call(ch, MN_OP_OPEN, req, 6, NULL, rep, sizeof(rep), &rlen), 0);
+	cr_assert_eq(rlen, MN_OPEN_REPLY_SIZE);
+	uint64_t base = get_u64(rep + 24);
+	put_u64(req, 1 << 20);
+	cr_assert_eq(rpc_call(ch, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rlen), 0);
+	cr_assert_eq(rlen, 24);
+	uint64_t off = get_u64(rep), len = get_u64(rep + 8);
+	rkey = get_u32(rep + 16);
+	cr_assert_eq(net_reg_mr(d, x, sizeof(x), NET_ACCESS_LOCAL_WRITE, &mr), 0);
+	uint64_t hd;
+	cr_assert_eq(rpc_post_read(ch, x, 64, mr->lkey, base + off, rkey, &hd), 0);
+	cr_assert_eq(rpc_wait(ch, hd, 3000), 0);
+	cr_assert_eq(rpc_post_read(ch, x, 64, mr->lkey, base + off + len - 63, rkey, &hd), 0);
+	cr_assert_eq(rpc_wait(ch, hd, 3000), -DKV_E_GRANT);
+	rpc_chan_unref(ch);
+	net_dereg_mr(mr);
+	net_domain_destroy(d);
+	mn_server_destroy(s);
+}
