@@ -294,6 +294,7 @@ int mn_server_start(struct mn_server *s)
 		.ops = &mn_rpc_ops, .user = s, .threads = s->o.threads, .name = "memnode",
 	};
 	bool unix_only = !strncmp(s->listen, "unix:", 5);
+	enum net_kind kind;
 	char laddr[64];
 	int rc;
 
@@ -309,19 +310,14 @@ int mn_server_start(struct mn_server *s)
 			dkv_err("cannot listen on %s: %s", s->listen, dkv_strerror(rc));
 		return rc;
 	}
-	if (s->o.transport == NET_RDMA || s->o.transport == NET_AUTO) {
-		rc = net_domain_create(NET_RDMA, &s->dom_net);
-		if (rc && s->o.transport == NET_RDMA)
-			return rc;
-	}
-	if (!s->dom_net) {
-		if (s->o.transport != NET_AUTO && s->o.transport != NET_TCP &&
-		    s->o.transport != NET_RDMA)
-			return -EINVAL;
-		rc = net_domain_create(NET_TCP, &s->dom_net);
-		if (rc)
-			return rc;
-	}
+	kind = s->o.transport;
+	if (kind == NET_AUTO) /* rdma if a device exists; quietly tcp if not */
+		kind = net_kind_resolve(NET_AUTO, s->listen) == NET_RDMA ? NET_RDMA : NET_TCP;
+	if (kind != NET_TCP && kind != NET_RDMA)
+		return -EINVAL;
+	rc = net_domain_create(kind, &s->dom_net);
+	if (rc)
+		return rc;
 	rc = net_reg_mr_fd(s->dom_net, s->rg.base, s->rg.size, s->rg.fd, 0,
 			   NET_ACCESS_LOCAL_WRITE, &s->mr_net);
 	if (!rc)

@@ -56,4 +56,12 @@ const char *mn_server_local_addr(const struct mn_server *s);
 /* msync the whole region (file-backed). */
 int mn_server_sync(struct mn_server *s);
 
+/* ---- helpers for programs (dkvfs-memnode, dkvfs-ctl, the mount) ---- */
+/* "512M", "1G", "4096", "64k": bytes.  -EINVAL on junk or overflow. */
+int mn_parse_size(const char *s, uint64_t *out);
+/* The secret of a token file: its first line without the newline, 1 ..
+ * MN_TOKEN_MAX bytes, into tok[MN_TOKEN_MAX].  -errno of open/read, -EINVAL
+ * (empty or too long; one log line says which). */
+int mn_token_file_read(const char *path, void *tok, size_t *len);
+
 #endif

@@ -1,0 +1,141 @@
+/* memnode/memnode_main.c — dkvfs-memnode: argument parsing and signals
+ * around the mn_server library.  SIGTERM / SIGINT stop it cleanly (msync of
+ * a file-backed region, exit 0). */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "memnode/mn_client.h"
+#include "memnode/mn_server.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: dkvfs-memnode [options]\n"
+		"  --listen HOST:PORT    serve tcp/rdma there, and same-host clients on\n"
+		"                        unix:@dkvfs-memnode-PORT (default 127.0.0.1:7400)\n"
+		"  --listen unix:PATH    serve only the local backend (unix:@NAME: abstract)\n"
+		"  --size BYTES          region size, suffix K/M/G (default 1G)\n"
+		"  --backing FILE        keep the region in FILE (created if missing) so it\n"
+		"                        survives restarts; default: anonymous memory\n"
+		"  --token-file FILE     clients must present the first line of FILE\n"
+		"  --transport KIND      rdma, tcp or auto (default auto: rdma if a device\n"
+		"                        exists, else tcp)\n"
+		"  --threads N           RPC worker threads (default 2)\n"
+		"  --no-local            with HOST:PORT, do not serve the local backend\n"
+		"  -h, --help            this text\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "size", required_argument, NULL, 's' },
+		{ "backing", required_argument, NULL, 'b' },
+		{ "token-file", required_argument, NULL, 'k' },
+		{ "transport", required_argument, NULL, 't' },
+		{ "threads", required_argument, NULL, 'n' },
+		{ "no-local", no_argument, NULL, 'L' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct mn_server_opts o;
+	struct mn_server *s = NULL;
+	uint8_t token[MN_TOKEN_MAX];
+	size_t token_len = 0;
+	sigset_t set;
+	int opt, rc, sig = 0;
+	char *end;
+	long n;
+
+	dkv_log_set_prog("memnode");
+	mn_server_opts_init(&o);
+	o.listen = "127.0.0.1:7400";
+	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'l':
+			o.listen = optarg;
+			break;
+		case 's':
+			if (mn_parse_size(optarg, &o.size) || !o.size) {
+				fprintf(stderr, "dkvfs-memnode: bad --size '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'b':
+			o.backing = optarg;
+			break;
+		case 'k':
+			rc = mn_token_file_read(optarg, token, &token_len);
+			if (rc) {
+				fprintf(stderr, "dkvfs-memnode: cannot read token file %s: %s\n",
+					optarg, dkv_strerror(rc));
+				return 2;
+			}
+			o.token = token;
+			o.token_len = token_len;
+			break;
+		case 't':
+			if (net_kind_parse(optarg, &o.transport) || o.transport == NET_LOCAL) {
+				fprintf(stderr, "dkvfs-memnode: --transport is rdma, tcp or auto\n");
+				return 2;
+			}
+			break;
+		case 'n':
+			n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > 256) {
+				fprintf(stderr, "dkvfs-memnode: --threads takes 1..256\n");
+				return 2;
+			}
+			o.threads = (int)n;
+			break;
+		case 'L':
+			o.no_local = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+
+	/* Every thread inherits the mask; main waits for the signal. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = mn_server_create(&o, &s);
+	if (rc)
+		return 1; /* logged */
+	rc = mn_server_start(s);
+	if (rc) {
+		/* -DKV_E_NODEVICE: the transport already said it in one line. */
+		if (rc != -DKV_E_NODEVICE)
+			dkv_err("cannot start: %s", dkv_strerror(rc));
+		mn_server_destroy(s);
+		return 1;
+	}
+	do {
+		if (sigwait(&set, &sig))
+			break;
+	} while (sig == SIGHUP);
+	dkv_info("signal %d: stopping", sig);
+	mn_server_stop(s);
+	mn_server_destroy(s);
+	return 0;
+}
