@@ -1,0 +1,326 @@
+/* tests/memnode/test_rpc.c — the RPC layer (net/rpc.c): round trips, large
+ * pulled arguments, concurrency, async replies, malformed input. */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "memnode/mn_proto.h"
+#include "mn_test.h"
+#include "net/rpc.h"
+
+/* ---- a tiny server of our own: op 1 echoes, op 2 replies later ---- */
+
+struct late {
+	struct rpc_call *call;
+	struct late *next;
+};
+
+struct tsrv {
+	struct rpc_server *rpc;
+	struct net_domain *dom;
+	const char *addr;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct late *late;
+	bool stop;
+	pthread_t thr;
+};
+
+static int t_on_connect(void *user, const void *priv, size_t len, const char *peer,
+			void **conn_user, void *rpriv, size_t *rlen)
+{
+	*rlen = 0;
+	if (len == 4 && !memcmp(priv, "nope", 4))
+		return -EACCES;
+	return 0;
+}
+
+static void t_handle(void *user, struct rpc_call *call)
+{
+	struct tsrv *t = user;
+	size_t len = 0, alen = 0;
+	const uint8_t *req = rpc_call_req(call, &len);
+	const void *arg = rpc_call_arg(call, &alen);
+	static _Thread_local uint8_t rep[RPC_REPLY_MAX + 16];
+
+	switch (rpc_call_op(call)) {
+	case 1:
+		put_u32(rep, (uint32_t)alen);
+		put_u32(rep + 4, arg ? crc32c(arg, alen) : 0);
+		memcpy(rep + 8, req, len);
+		rpc_reply(call, 0, rep, 8 + len);
+		return;
+	case 2: {
+		struct late *l = malloc(sizeof(*l));
+		l->call = call;
+		pthread_mutex_lock(&t->mu);
+		l->next = t->late;
+		t->late = l;
+		pthread_cond_signal(&t->cv);
+		pthread_mutex_unlock(&t->mu);
+		return;
+	}
+	case 3: /* a reply bigger than any client slot */
+		memset(rep, 1, sizeof(rep));
+		rpc_reply(call, 0, rep, RPC_REPLY_MAX + 1);
+		return;
+	default:
+		rpc_reply(call, -EOPNOTSUPP, NULL, 0);
+	}
+}
+
+/* Replies to op 2 from a thread of its own, as compaction will. */
+static void *late_thread(void *arg)
+{
+	struct tsrv *t = arg;
+
+	pthread_mutex_lock(&t->mu);
+	while (!t->stop || t->late) {
+		struct late *l = t->late;
+		if (!l) {
+			pthread_cond_wait(&t->cv, &t->mu);
+			continue;
+		}
+		t->late = l->next;
+		pthread_mutex_unlock(&t->mu);
+		size_t len = 0;
+		const void *req = rpc_call_req(l->call, &len);
+		uint8_t rep[64];
+		memcpy(rep, req, len < 64 ? len : 64);
+		rpc_reply(l->call, 7, rep, len < 64 ? len : 64);
+		free(l);
+		pthread_mutex_lock(&t->mu);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+static const struct rpc_server_ops t_ops = { .on_connect = t_on_connect, .handle = t_handle };
+
+static void tsrv_start(struct tsrv *t)
+{
+	struct rpc_server_opts o = { .ops = &t_ops, .user = t, .threads = 2, .name = "t" };
+
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	cr_assert_eq(net_domain_create(NET_TCP, &t->dom), 0);
+	cr_assert_eq(rpc_server_create(&o, &t->rpc), 0);
+	cr_assert_eq(rpc_server_listen(t->rpc, t->dom, "127.0.0.1:0", &t->addr), 0);
+	pthread_create(&t->thr, NULL, late_thread, t);
+}
+
+static void tsrv_stop(struct tsrv *t)
+{
+	rpc_server_stop(t->rpc);
+	pthread_mutex_lock(&t->mu);
+	t->stop = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+	pthread_join(t->thr, NULL);
+	rpc_server_destroy(t->rpc);
+	net_domain_destroy(t->dom);
+}
+
+static struct rpc_chan *t_connect(struct net_domain *d, const char *addr)
+{
+	struct net_conn *conn;
+	struct rpc_chan *ch;
+	uint8_t rp[NET_PRIV_MAX];
+	size_t rl = sizeof(rp);
+
+	cr_assert_eq(net_connect(d, addr, NULL, "hi", 2, &conn, rp, &rl), 0);
+	cr_assert_eq(rpc_chan_create(d, conn, 3000, &ch), 0);
+	return ch;
+}
+
+Test(rpc, round_trip_and_large_argument)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct rpc_chan *ch;
+	uint8_t rep[256];
+	size_t rl = 0;
+
+	tsrv_start(&t);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	ch = t_connect(d, t.addr);
+
+	cr_assert_eq(rpc_call(ch, 1, "ping", 4, NULL, rep, sizeof(rep), &rl), 0);
+	cr_assert_eq(rl, 12);
+	cr_assert_eq(get_u32(rep), 0);
+	cr_assert_arr_eq(rep + 8, "ping", 4);
+
+	/* 5 MiB + 3 pulled by the server with one READ. */
+	size_t alen = (5u << 20) + 3;
+	struct net_mr *mr;
+	uint8_t *arg = malloc(alen);
+	for (size_t i = 0; i < alen; i++)
+		arg[i] = (uint8_t)(i * 2654435761u >> 13);
+	cr_assert_eq(net_reg_mr(d, arg, alen, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &mr),
+		     0);
+	struct rpc_arg a = { arg, alen, mr->rkey };
+	cr_assert_eq(rpc_call(ch, 1, "big", 3, &a, rep, sizeof(rep), &rl), 0);
+	cr_assert_eq(get_u32(rep), alen);
+	cr_assert_eq(get_u32(rep + 4), crc32c(arg, alen));
+
+	/* Unknown op: an error reply, the channel stays usable. */
+	cr_assert_eq(rpc_call(ch, 99, NULL, 0, NULL, rep, sizeof(rep), &rl), -EOPNOTSUPP);
+	/* Async reply from another thread, with a status. */
+	cr_assert_eq(rpc_call(ch, 2, "later", 5, NULL, rep, sizeof(rep), &rl), 7);
+	cr_assert_eq(rl, 5);
+	cr_assert_arr_eq(rep, "later", 5);
+	/* A reply too big for the slot becomes -EMSGSIZE. */
+	cr_assert_eq(rpc_call(ch, 3, NULL, 0, NULL, rep, sizeof(rep), &rl), -EMSGSIZE);
+	/* Truncated copy: rlen says the full length. */
+	cr_assert_eq(rpc_call(ch, 1, "0123456789", 10, NULL, rep, 4, &rl), 0);
+	cr_assert_eq(rl, 18);
+	/* Request too large for the request buffer. */
+	cr_assert_eq(rpc_call(ch, 1, arg, RPC_REQ_MAX, NULL, rep, sizeof(rep), &rl), -EMSGSIZE);
+	cr_assert(rpc_chan_ok(ch));
+
+	rpc_chan_unref(ch);
+	net_dereg_mr(mr);
+	free(arg);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
+}
+
+Test(rpc, rejected_connection)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct net_conn *conn;
+	uint8_t rp[NET_PRIV_MAX];
+	size_t rl = sizeof(rp);
+
+	tsrv_start(&t);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_connect(d, t.addr, NULL, "nope", 4, &conn, rp, &rl), -ECONNREFUSED);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
+}
+
+struct par {
+	struct rpc_chan *ch;
+	int id;
+	atomic_int *bad;
+};
+
+static void *par_thread(void *arg)
+{
+	struct par *p = arg;
+	uint8_t req[100], rep[200];
+	size_t rl;
+
+	for (int i = 0; i < 400; i++) {
+		int n = snprintf((char *)req, sizeof(req), "thread %d call %d", p->id, i);
+		int op = i % 10 == 0 ? 2 : 1;
+		int rc = rpc_call(p->ch, (uint16_t)op, req, (size_t)n, NULL, rep, sizeof(rep), &rl);
+		const uint8_t *body = op == 1 ? rep + 8 : rep;
+		if (rc != (op == 1 ? 0 : 7) || rl != (size_t)n + (op == 1 ? 8 : 0) ||
+		    memcmp(body, req, (size_t)n))
+			atomic_fetch_add(p->bad, 1);
+	}
+	return NULL;
+}
+
+Test(rpc, eight_threads_concurrently)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct rpc_chan *ch;
+	pthread_t th[8];
+	struct par p[8];
+	atomic_int bad = 0;
+
+	tsrv_start(&t);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	ch = t_connect(d, t.addr);
+	for (int i = 0; i < 8; i++) {
+		p[i] = (struct par){ ch, i, &bad };
+		pthread_create(&th[i], NULL, par_thread, &p[i]);
+	}
+	for (int i = 0; i < 8; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&bad), 0);
+	rpc_chan_unref(ch);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
+}
+
+Test(rpc, decode_rejects_bad_headers)
+{
+	uint8_t b[RPC_REQ_HDR + 8];
+	struct rpc_req_hdr h = { .version = RPC_VERSION, .op = 5, .len = 8, .reply_cap = 100 };
+	struct rpc_req_hdr o;
+
+	rpc_req_encode(b, &h, "abcdefgh");
+	cr_assert_eq(rpc_req_decode(b, sizeof(b), &o), 0);
+	cr_assert_eq(o.op, 5);
+	cr_assert_eq(rpc_req_decode(b, sizeof(b) - 1, &o), -EBADMSG);
+	cr_assert_eq(rpc_req_decode(b, 10, &o), -EBADMSG);
+	b[RPC_REQ_HDR + 2] ^= 1;
+	cr_assert_eq(rpc_req_decode(b, sizeof(b), &o), -EBADMSG);
+	h.version = RPC_VERSION + 1;
+	rpc_req_encode(b, &h, "abcdefgh");
+	cr_assert_eq(rpc_req_decode(b, sizeof(b), &o), -DKV_E_VERSION);
+}
+
+/* Random bytes as SENDs for ~2 s against a real memory node: it closes the
+ * connections that sent them, survives, and serves a good client after. */
+Test(rpc, garbage_requests_do_not_hurt_the_node, .timeout = 30)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct net_domain *d;
+	struct net_mr *mr;
+	struct mn_hello h = { .version = MN_PROTO_VERSION };
+	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX];
+	uint8_t *buf = malloc(RPC_REQ_MAX);
+	unsigned seed = 12345, conns = 0, sent = 0;
+	uint64_t end = mt_now_ms() + 2000;
+
+	mn_hello_encode(hello, &h);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_reg_mr(d, buf, RPC_REQ_MAX, NET_ACCESS_LOCAL_WRITE, &mr), 0);
+	while (mt_now_ms() < end) {
+		struct net_conn *conn;
+		size_t rl = sizeof(rp);
+		struct net_wc wc[16];
+		cr_assert_eq(net_connect(d, mn_server_addr(s), NULL, hello, sizeof(hello), &conn,
+					 rp, &rl),
+			     0);
+		conns++;
+		for (int k = 0; k < 50 && net_conn_ok(conn) && mt_now_ms() < end; k++) {
+			size_t len = 1 + rand_r(&seed) % RPC_REQ_MAX;
+			for (size_t i = 0; i < len; i++)
+				buf[i] = (uint8_t)rand_r(&seed);
+			if (k % 3 == 0 && len >= RPC_REQ_HDR) {
+				/* Right magic, wrong everything else. */
+				put_u32(buf, RPC_REQ_MAGIC);
+			}
+			if (net_post_send(conn, (uint64_t)k, buf, len, mr->lkey))
+				break;
+			sent++;
+			/* Wait for the SEND (or the break) before reusing buf. */
+			int n = net_poll(conn, wc, 16, 2000);
+			if (n <= 0 || wc[0].status)
+				break;
+		}
+		net_close(conn);
+	}
+	cr_assert(conns >= 2, "only %u connections", conns);
+	cr_assert(sent >= 2);
+
+	struct mn_client *c;
+	struct mn_extent e;
+	cr_assert_eq(mt_open(mn_server_addr(s), "after", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	cr_assert_eq(mn_write(c, e.off, "ok", 2), 0);
+	mn_client_close(c);
+	net_dereg_mr(mr);
+	net_domain_destroy(d);
+	free(buf);
+	mn_server_destroy(s);
+}
