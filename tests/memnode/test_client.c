@@ -252,3 +252,59 @@ Test(client, grant_checked_on_the_wire)
 	net_domain_destroy(d);
 	mn_server_destroy(s);
 }
+
+static void local_roundtrip(const char *addr, enum net_kind kind)
+{
+	struct mn_client_opts o = {
+		.addr = addr, .transport = kind, .volume = "loc", .writer = true, .create = true,
+		.op_timeout_ms = 2000,
+	};
+	struct mn_client *c;
+	struct mn_extent e;
+	int rc;
+
+	rc = mn_client_open(&o, &c);
+	cr_assert_eq(rc, 0, "open %s: %s", addr, dkv_strerror(rc));
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	char *rb = mn_buf_alloc(c, 256 << 10);
+	for (size_t i = 0; i < (256 << 10); i++)
+		rb[i] = (char)(i % 251);
+	cr_assert_eq(mn_write(c, e.off + 4096, rb, 256 << 10), 0);
+	memset(rb, 0, 256 << 10);
+	cr_assert_eq(mn_read(c, e.off + 4096, rb, 256 << 10), 0);
+	for (size_t i = 0; i < (256 << 10); i += 97)
+		cr_assert_eq(rb[i], (char)(i % 251));
+	cr_assert_eq(mn_read(c, e.off + (1 << 20) - 8, rb, 16), -DKV_E_GRANT);
+	cr_assert_eq(mn_root_set(c, "L", 1), 0);
+	mn_buf_free(c, rb);
+	mn_client_close(c);
+}
+
+Test(client, local_backend_beside_tcp)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+
+	cr_assert_not_null(mn_server_local_addr(s));
+	local_roundtrip(mn_server_addr(s), NET_AUTO);  /* loopback: local */
+	local_roundtrip(mn_server_addr(s), NET_LOCAL);
+	local_roundtrip(mn_server_local_addr(s), NET_AUTO);
+	mn_server_destroy(s);
+}
+
+Test(client, unix_only_node)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	char name[64];
+
+	snprintf(name, sizeof(name), "unix:@dkvfs-test-mn-%d", (int)getpid());
+	mn_server_opts_init(&o);
+	o.listen = name;
+	o.size = 16 << 20;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	cr_assert_null(mn_server_addr(s));
+	cr_assert_str_eq(mn_server_local_addr(s), name);
+	local_roundtrip(name, NET_AUTO);
+	mn_server_destroy(s);
+}

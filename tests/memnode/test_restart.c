@@ -1,0 +1,185 @@
+/* tests/memnode/test_restart.c — a memory node in a forked child, killed
+ * with SIGKILL and restarted on the same port and --backing file: clients
+ * fail within their timeout, reconnect on their own, and find their data
+ * and their volume root. */
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "memnode/mn_proto.h"
+#include "memnode/mn_region.h"
+#include "mn_test.h"
+
+struct child {
+	pid_t pid;
+	char addr[64];
+};
+
+/* Fork a node serving listen (e.g. "127.0.0.1:0") on backing; its bound
+ * address comes back through a pipe. */
+static void child_start(struct child *ch, const char *listen, const char *backing)
+{
+	int p[2];
+	struct pollfd pfd;
+	ssize_t n;
+
+	cr_assert_eq(pipe(p), 0);
+	ch->pid = fork();
+	cr_assert(ch->pid >= 0);
+	if (ch->pid == 0) {
+		struct mn_server_opts o;
+		struct mn_server *s;
+		char a[64] = "";
+		close(p[0]);
+		mn_server_opts_init(&o);
+		o.listen = listen;
+		o.transport = NET_TCP;
+		o.size = 32 << 20;
+		o.backing = backing;
+		if (!mn_server_create(&o, &s) && !mn_server_start(s))
+			snprintf(a, sizeof(a), "%s", mn_server_addr(s));
+		if (write(p[1], a, sizeof(a)) < 0)
+			_exit(3);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	pfd = (struct pollfd){ .fd = p[0], .events = POLLIN };
+	cr_assert_eq(poll(&pfd, 1, 10000), 1, "child did not start");
+	n = read(p[0], ch->addr, sizeof(ch->addr));
+	close(p[0]);
+	cr_assert_eq(n, (ssize_t)sizeof(ch->addr));
+	cr_assert(ch->addr[0], "child failed to start");
+}
+
+static void child_kill(struct child *ch)
+{
+	kill(ch->pid, SIGKILL);
+	waitpid(ch->pid, NULL, 0);
+}
+
+static char *tmpfile_path(void)
+{
+	static char path[64];
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-region-%d", (int)getpid());
+	unlink(path);
+	return path;
+}
+
+Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
+{
+	char *backing = tmpfile_path();
+	struct child ch;
+	struct mn_client *c;
+	struct mn_extent e;
+	const int tmo = 1500;
+	char data[8192], back[8192];
+	size_t rl = 0;
+	uint64_t t0;
+	int rc;
+
+	child_start(&ch, "127.0.0.1:0", backing);
+	rc = mt_open(ch.addr, "persist", true, NULL, tmo, &c);
+	cr_assert_eq(rc, 0, "open: %s", dkv_strerror(rc));
+	cr_assert_eq(mn_alloc_slab(c, 2 << 20, &e), 0);
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (char)(i ^ (i >> 8));
+	cr_assert_eq(mn_write(c, e.off + 12345, data, sizeof(data)), 0);
+	cr_assert_eq(mn_root_set(c, "root-v1", 7), 0);
+
+	/* A pending op when the node dies: stop it, post, kill it. */
+	kill(ch.pid, SIGSTOP);
+	struct mn_io io;
+	t0 = mt_now_ms();
+	rc = mn_post_read(c, &io, e.off, back, 4096);
+	cr_assert_eq(rc, 0);
+	child_kill(&ch);
+	rc = mn_wait(c, &io);
+	cr_assert(rc == -EIO || rc == -ETIMEDOUT, "pending read: %s", dkv_strerror(rc));
+	cr_assert(mt_now_ms() - t0 < (uint64_t)tmo + 1500, "took %llu ms",
+		  (unsigned long long)(mt_now_ms() - t0));
+
+	/* New ops fail fast while it is down. */
+	t0 = mt_now_ms();
+	rc = mn_read(c, e.off, back, 16);
+	cr_assert(rc == -EIO || rc == -ECONNREFUSED || rc == -ETIMEDOUT, "while down: %s",
+		  dkv_strerror(rc));
+	rc = mn_root_get(c, back, sizeof(back), &rl);
+	cr_assert(rc < 0);
+	cr_assert(mt_now_ms() - t0 < 2u * tmo + 1000);
+
+	/* Same port, same file: the client reconnects by itself. */
+	struct child ch2;
+	child_start(&ch2, ch.addr, backing);
+	cr_assert_str_eq(ch2.addr, ch.addr);
+	memset(back, 0, sizeof(back));
+	rc = mn_read(c, e.off + 12345, back, sizeof(back));
+	cr_assert_eq(rc, 0, "after restart: %s", dkv_strerror(rc));
+	cr_assert_arr_eq(back, data, sizeof(data));
+	cr_assert_eq(mn_root_get(c, back, sizeof(back), &rl), 0);
+	cr_assert_eq(rl, 7);
+	cr_assert_arr_eq(back, "root-v1", 7);
+	/* The slab is still ours and writable (lease re-taken). */
+	cr_assert_eq(mn_write(c, e.off, "x", 1), 0);
+	struct mn_extent *ex;
+	size_t n;
+	cr_assert_eq(mn_list_extents(c, &ex, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(ex[0].off, e.off);
+	free(ex);
+	mn_client_close(c);
+	child_kill(&ch2);
+	unlink(backing);
+}
+
+Test(restart, root_update_is_atomic_and_persistent, .timeout = 30)
+{
+	char *backing = tmpfile_path();
+	struct child ch;
+	struct mn_client *c;
+	char back[MN_ROOT_MAX];
+	char big[MN_ROOT_MAX];
+	size_t rl = 0;
+	int fd;
+
+	memset(big, 'r', sizeof(big));
+	child_start(&ch, "127.0.0.1:0", backing);
+	cr_assert_eq(mt_open(ch.addr, "r", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_root_set(c, "first", 5), 0);
+	cr_assert_eq(mn_root_set(c, big, sizeof(big)), 0);
+	cr_assert_eq(mn_root_get(c, back, sizeof(back), &rl), 0);
+	cr_assert_eq(rl, sizeof(big));
+	cr_assert_eq(mn_root_set(c, big, sizeof(big) + 1), -EMSGSIZE);
+	mn_client_close(c);
+	child_kill(&ch);
+
+	/* Restart: the latest root is there. */
+	child_start(&ch, "127.0.0.1:0", backing);
+	cr_assert_eq(mt_open(ch.addr, "r", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_root_get(c, back, sizeof(back), &rl), 0);
+	cr_assert_eq(rl, sizeof(big));
+	cr_assert_arr_eq(back, big, sizeof(big));
+	mn_client_close(c);
+	child_kill(&ch);
+
+	/* A torn update (the newer slot damaged, as if the node died while
+	 * writing it) leaves the previous root. Volume 0, slot 1 holds seq 2. */
+	fd = open(backing, O_RDWR);
+	cr_assert(fd >= 0);
+	off_t slot1 = MN_VOL_OFF + 128 + (16 + MN_ROOT_MAX) + 16 + 100;
+	cr_assert_eq(pwrite(fd, "X", 1, slot1), 1);
+	close(fd);
+	child_start(&ch, "127.0.0.1:0", backing);
+	cr_assert_eq(mt_open(ch.addr, "r", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_root_get(c, back, sizeof(back), &rl), 0);
+	cr_assert_eq(rl, 5);
+	cr_assert_arr_eq(back, "first", 5);
+	/* And the next update goes on from there. */
+	cr_assert_eq(mn_root_set(c, "third", 5), 0);
+	cr_assert_eq(mn_root_get(c, back, sizeof(back), &rl), 0);
+	cr_assert_arr_eq(back, "third", 5);
+	mn_client_close(c);
+	child_kill(&ch);
+	unlink(backing);
+}
