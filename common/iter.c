@@ -319,3 +319,229 @@ out_children:
 		dkv_iter_destroy(children[i]);
 	return err;
 }
+
+/* ---- concatenating iterator -------------------------------------------- */
+
+/* Invariant: when valid, `child` (index ci) is open and positioned on the
+ * current item.  When not valid, child may be NULL or any child. */
+struct concat_iter {
+	struct dkv_iter it; /* first: the public face */
+	struct dkv_concat_src s;
+	int ci;
+	struct dkv_iter *child;
+};
+
+static struct concat_iter *to_concat(struct dkv_iter *it)
+{
+	return (struct concat_iter *)it;
+}
+
+static void concat_close(struct concat_iter *c)
+{
+	dkv_iter_destroy(c->child);
+	c->child = NULL;
+	c->ci = -1;
+}
+
+static int concat_fail(struct concat_iter *c, int err)
+{
+	concat_close(c);
+	c->it.status = err;
+	c->it.valid = false;
+	return err;
+}
+
+static int concat_open(struct concat_iter *c, int i)
+{
+	int err;
+
+	if (c->child && c->ci == i)
+		return 0;
+	concat_close(c);
+	err = c->s.open(c->s.ctx, i, &c->child);
+	if (!err && !c->child)
+		err = -EINVAL;
+	if (err) {
+		c->child = NULL;
+		return concat_fail(c, err);
+	}
+	c->ci = i;
+	return 0;
+}
+
+/* Result of moving the open child: item, error, or (rc > 0) not here. */
+static int concat_settle(struct concat_iter *c, int rc)
+{
+	if (rc < 0)
+		return concat_fail(c, rc);
+	c->it.valid = rc == 0;
+	return rc;
+}
+
+/* From child i on, in direction dir (+1: each child's first item, -1: each
+ * child's last item), skipping empty children. */
+static int concat_enter_from(struct concat_iter *c, int i, int dir)
+{
+	for (; i >= 0 && i < c->s.n; i += dir) {
+		int rc = concat_open(c, i);
+
+		if (rc)
+			return rc;
+		rc = concat_settle(c, dir > 0 ? dkv_iter_first(c->child) : dkv_iter_last(c->child));
+		if (rc <= 0)
+			return rc;
+	}
+	concat_close(c);
+	c->it.valid = false;
+	return 1;
+}
+
+static int concat_bound_cmp(struct concat_iter *c, int i, bool largest, const void *t,
+			    size_t tl)
+{
+	size_t bl;
+	const void *b = largest ? c->s.largest(c->s.ctx, i, &bl) : c->s.smallest(c->s.ctx, i, &bl);
+
+	return c->s.cmp(b, bl, t, tl);
+}
+
+static int concat_seek(struct dkv_iter *it, const void *t, size_t tl)
+{
+	struct concat_iter *c = to_concat(it);
+	int lo = 0, hi = c->s.n, rc;
+
+	/* First child whose largest key is >= t. */
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+
+		if (concat_bound_cmp(c, mid, true, t, tl) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == c->s.n) {
+		concat_close(c);
+		c->it.valid = false;
+		return 1;
+	}
+	rc = concat_open(c, lo);
+	if (rc)
+		return rc;
+	rc = concat_settle(c, dkv_iter_seek(c->child, t, tl));
+	return rc > 0 ? concat_enter_from(c, lo + 1, 1) : rc;
+}
+
+static int concat_seek_for_prev(struct dkv_iter *it, const void *t, size_t tl)
+{
+	struct concat_iter *c = to_concat(it);
+	int lo = 0, hi = c->s.n, rc;
+
+	/* Last child whose smallest key is <= t: lo - 1 after the search for
+	 * the first child whose smallest key is > t. */
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+
+		if (concat_bound_cmp(c, mid, false, t, tl) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0) {
+		concat_close(c);
+		c->it.valid = false;
+		return 1;
+	}
+	rc = concat_open(c, lo - 1);
+	if (rc)
+		return rc;
+	rc = concat_settle(c, dkv_iter_seek_for_prev(c->child, t, tl));
+	return rc > 0 ? concat_enter_from(c, lo - 2, -1) : rc;
+}
+
+static int concat_first(struct dkv_iter *it)
+{
+	return concat_enter_from(to_concat(it), 0, 1);
+}
+
+static int concat_last(struct dkv_iter *it)
+{
+	struct concat_iter *c = to_concat(it);
+
+	return concat_enter_from(c, c->s.n - 1, -1);
+}
+
+static int concat_next(struct dkv_iter *it)
+{
+	struct concat_iter *c = to_concat(it);
+	int rc;
+
+	assert(c->it.valid && c->child);
+	rc = concat_settle(c, dkv_iter_next(c->child));
+	return rc > 0 ? concat_enter_from(c, c->ci + 1, 1) : rc;
+}
+
+static int concat_prev(struct dkv_iter *it)
+{
+	struct concat_iter *c = to_concat(it);
+	int rc;
+
+	assert(c->it.valid && c->child);
+	rc = concat_settle(c, dkv_iter_prev(c->child));
+	return rc > 0 ? concat_enter_from(c, c->ci - 1, -1) : rc;
+}
+
+static const void *concat_key(const struct dkv_iter *it, size_t *len)
+{
+	const struct concat_iter *c = (const struct concat_iter *)it;
+
+	assert(c->it.valid && c->child);
+	return dkv_iter_key(c->child, len);
+}
+
+static const void *concat_value(const struct dkv_iter *it, size_t *len)
+{
+	const struct concat_iter *c = (const struct concat_iter *)it;
+
+	assert(c->it.valid && c->child);
+	return dkv_iter_value(c->child, len);
+}
+
+static void concat_destroy(struct dkv_iter *it)
+{
+	struct concat_iter *c = to_concat(it);
+
+	concat_close(c);
+	if (c->s.release)
+		c->s.release(c->s.ctx);
+	free(c);
+}
+
+static const struct dkv_iter_ops concat_ops = {
+	.seek = concat_seek,
+	.seek_for_prev = concat_seek_for_prev,
+	.first = concat_first,
+	.last = concat_last,
+	.next = concat_next,
+	.prev = concat_prev,
+	.key = concat_key,
+	.value = concat_value,
+	.destroy = concat_destroy,
+};
+
+int dkv_concat_iter_create(const struct dkv_concat_src *src, struct dkv_iter **out)
+{
+	struct concat_iter *c;
+
+	if (!src || src->n < 0 || !src->open || !src->smallest || !src->largest)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->it.ops = &concat_ops;
+	c->s = *src;
+	if (!c->s.cmp)
+		c->s.cmp = ikey_cmp;
+	c->ci = -1;
+	*out = &c->it;
+	return 0;
+}

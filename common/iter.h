@@ -126,4 +126,29 @@ int dkv_empty_iter_create(struct dkv_iter **out);
 int dkv_merge_iter_create(struct dkv_iter **children, int n, dkv_cmp_fn cmp,
 			  struct dkv_iter **out);
 
+/* Concatenating iterator: the sources of one LSM level, whose key ranges are
+ * disjoint and ascending (every key of child i sorts before every key of
+ * child i+1).  Only one child is open at a time, opened lazily through
+ * open() when the position enters it and destroyed when it leaves, so a
+ * level of hundreds of tables costs one open table iterator and a seek one
+ * binary search over the children's bounds (LevelDB's two-level iterator).
+ *
+ * The callbacks are called from the thread using the iterator; ctx (and the
+ * bound keys it returns) must stay valid until destroy, which calls
+ * release(ctx) if set.  open() returns 0 or a negative error (which becomes
+ * the concat's sticky status).  n may be 0.  Errors: -EINVAL (n < 0, no open
+ * or bound callbacks), -ENOMEM; on failure release(ctx) is NOT called.
+ */
+struct dkv_concat_src {
+	int n;
+	dkv_cmp_fn cmp;  /* NULL: ikey_cmp */
+	void *ctx;
+	int (*open)(void *ctx, int i, struct dkv_iter **out);
+	/* Smallest and largest key of child i (inclusive bounds). */
+	const void *(*smallest)(void *ctx, int i, size_t *len);
+	const void *(*largest)(void *ctx, int i, size_t *len);
+	void (*release)(void *ctx); /* optional */
+};
+int dkv_concat_iter_create(const struct dkv_concat_src *src, struct dkv_iter **out);
+
 #endif

@@ -445,3 +445,210 @@ Test(merge, create_takes_children_even_on_error)
 	cr_assert_eq(destroyed, 2);
 	cr_assert_eq(dkv_merge_iter_create(NULL, -1, NULL, &m), -EINVAL);
 }
+
+/* ---- concatenating iterator -------------------------------------------- */
+
+struct level {
+	int n;
+	struct sst_index *idx[16];
+	struct sstm_buf tb[16];
+	/* for array children */
+	const struct item *arr[16];
+	long arrn[16];
+	struct item lo[16], hi[16];
+	int opens, fail_open; /* fail_open > 0: open of that child index - 1 fails */
+	bool released;
+};
+
+static int level_open_sst(void *ctx, int i, struct dkv_iter **out)
+{
+	struct level *l = ctx;
+	struct sst_source src = { .base = l->tb[i].p, .size = l->tb[i].len };
+
+	l->opens++;
+	return sst_iter_create(l->idx[i], &src, NULL, out);
+}
+
+static const void *level_smallest_sst(void *ctx, int i, size_t *len)
+{
+	const struct sst_meta *m = sst_index_meta(((struct level *)ctx)->idx[i]);
+
+	*len = m->smallest_len;
+	return m->smallest;
+}
+
+static const void *level_largest_sst(void *ctx, int i, size_t *len)
+{
+	const struct sst_meta *m = sst_index_meta(((struct level *)ctx)->idx[i]);
+
+	*len = m->largest_len;
+	return m->largest;
+}
+
+static void level_release(void *ctx)
+{
+	((struct level *)ctx)->released = true;
+}
+
+Test(concat, level_of_sst_tables, .timeout = 50)
+{
+	struct sstm_gen g = { .seed = 31, .nukeys = 4000, .max_versions = 2, .del_pct = 10,
+			      .vmax = 60, .family = 'a' };
+	struct sstm_table all;
+	struct level l = { .n = 9 };
+	struct dkv_iter *it;
+	struct want *w;
+	uint64_t s = 8;
+	size_t at = 0;
+
+	sstm_gen(&g, &all);
+	w = calloc(all.n, sizeof(*w));
+	cr_assert_not_null(w);
+	for (size_t i = 0; i < all.n; i++)
+		w[i] = (struct want){ all.r[i].ik, all.r[i].val, all.r[i].iklen, all.r[i].vlen };
+	/* Contiguous, non-empty runs of random sizes. */
+	for (int k = 0; k < l.n; k++) {
+		size_t left = all.n - at, take;
+		struct sstm_table part;
+		struct sst_meta meta = { 0 };
+
+		take = k == l.n - 1 ? left : 1 + sstm_rng(&s) % (2 * left / (size_t)(l.n - k));
+		part.r = all.r + at;
+		part.n = take;
+		at += take;
+		memset(&l.tb[k], 0, sizeof(l.tb[k]));
+		cr_assert_eq(sstm_build(&part, 10, 0, &l.tb[k], &meta, &l.idx[k]), 0);
+		sst_meta_release(&meta);
+	}
+	struct dkv_concat_src src = { .n = l.n, .ctx = &l, .open = level_open_sst,
+				      .smallest = level_smallest_sst,
+				      .largest = level_largest_sst, .release = level_release };
+	cr_assert_eq(dkv_concat_iter_create(&src, &it), 0);
+
+	/* Lazy: a seek opens one table. */
+	const struct sstm_rec *mid = &all.r[all.n / 2];
+	cr_assert_eq(dkv_iter_seek(it, mid->ik, mid->iklen), 0);
+	cr_assert_eq(l.opens, 1);
+
+	walk_cmp = ikey_cmp;
+	walk(it, w, (long)all.n, 5, 20000);
+	dkv_iter_destroy(it);
+	cr_assert(l.released);
+	for (int k = 0; k < l.n; k++) {
+		sst_index_destroy(l.idx[k]);
+		sstm_buf_release(&l.tb[k]);
+	}
+	free(w);
+	sstm_free(&all);
+}
+
+static int level_open_arr(void *ctx, int i, struct dkv_iter **out)
+{
+	struct level *l = ctx;
+
+	l->opens++;
+	if (l->fail_open == i + 1)
+		return -EIO;
+	*out = arr_iter(l->arr[i], l->arrn[i], NULL);
+	return 0;
+}
+
+static const void *level_smallest_arr(void *ctx, int i, size_t *len)
+{
+	struct level *l = ctx;
+
+	*len = l->lo[i].klen;
+	return l->lo[i].key;
+}
+
+static const void *level_largest_arr(void *ctx, int i, size_t *len)
+{
+	struct level *l = ctx;
+
+	*len = l->hi[i].klen;
+	return l->hi[i].key;
+}
+
+/* Children whose bounds are looser than their contents, and empty ones. */
+static void make_loose_level(struct level *l, struct item *items, struct want *w, long *nw)
+{
+	long n = 0;
+
+	l->n = 6;
+	*nw = 0;
+	for (int c = 0; c < l->n; c++) {
+		int cnt = c % 3 == 1 ? 0 : 5 + c; /* children 1 and 4 are empty */
+
+		l->arr[c] = items + n;
+		l->arrn[c] = cnt;
+		for (int j = 0; j < cnt; j++, n++) {
+			items[n].klen = (size_t)snprintf((char *)items[n].key, sizeof(items[n].key),
+							 "k%02d%02d", c, 10 + 2 * j);
+			items[n].vlen = 0;
+			w[(*nw)++] = (struct want){ items[n].key, items[n].val, items[n].klen, 0 };
+		}
+		l->lo[c].klen = (size_t)snprintf((char *)l->lo[c].key, sizeof(l->lo[c].key),
+						 "k%02d00", c);
+		l->hi[c].klen = (size_t)snprintf((char *)l->hi[c].key, sizeof(l->hi[c].key),
+						 "k%02d99", c);
+	}
+}
+
+Test(concat, empty_children_and_loose_bounds)
+{
+	struct item items[64];
+	struct want w[64];
+	struct level l = { 0 };
+	struct dkv_iter *it;
+	long nw;
+
+	make_loose_level(&l, items, w, &nw);
+	struct dkv_concat_src src = { .n = l.n, .cmp = ukey_cmp, .ctx = &l,
+				      .open = level_open_arr, .smallest = level_smallest_arr,
+				      .largest = level_largest_arr };
+	cr_assert_eq(dkv_concat_iter_create(&src, &it), 0);
+	walk_cmp = ukey_cmp;
+	walk(it, w, nw, 17, 5000);
+	/* Seeks into the gaps the bounds claim but no key fills. */
+	cr_assert_eq(dkv_iter_seek(it, "k0095", 5), 0);
+	assert_at(it, w, 5, "seek into child 0's loose tail");
+	cr_assert_eq(dkv_iter_seek_for_prev(it, "k0205", 5), 0);
+	assert_at(it, w, 4, "seek_for_prev before child 2's first key");
+	cr_assert_gt(dkv_iter_seek(it, "k9", 2), 0);
+	cr_assert_gt(dkv_iter_seek_for_prev(it, "a", 1), 0);
+	dkv_iter_destroy(it);
+
+	/* No children at all. */
+	src.n = 0;
+	cr_assert_eq(dkv_concat_iter_create(&src, &it), 0);
+	cr_assert_gt(dkv_iter_first(it), 0);
+	cr_assert_gt(dkv_iter_seek(it, "k", 1), 0);
+	cr_assert_gt(dkv_iter_last(it), 0);
+	dkv_iter_destroy(it);
+	src.open = NULL;
+	cr_assert_eq(dkv_concat_iter_create(&src, &it), -EINVAL);
+}
+
+Test(concat, open_error_is_sticky)
+{
+	struct item items[64];
+	struct want w[64];
+	struct level l = { 0 };
+	struct dkv_iter *it;
+	long nw;
+	int rc, steps = 0;
+
+	make_loose_level(&l, items, w, &nw);
+	l.fail_open = 3; /* child 2 */
+	struct dkv_concat_src src = { .n = l.n, .cmp = ukey_cmp, .ctx = &l,
+				      .open = level_open_arr, .smallest = level_smallest_arr,
+				      .largest = level_largest_arr };
+	cr_assert_eq(dkv_concat_iter_create(&src, &it), 0);
+	for (rc = dkv_iter_first(it); rc == 0; rc = dkv_iter_next(it))
+		steps++;
+	cr_assert_eq(rc, -EIO);
+	cr_assert_eq(steps, 5, "child 0's five keys, then the failing open");
+	cr_assert_eq(dkv_iter_status(it), -EIO);
+	cr_assert_eq(dkv_iter_last(it), -EIO);
+	dkv_iter_destroy(it);
+}
