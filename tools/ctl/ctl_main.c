@@ -1,0 +1,212 @@
+/* tools/ctl/ctl_main.c — dkvfs-ctl: administration of memory nodes (and,
+ * later, of mounts).
+ *
+ *   dkvfs-ctl --memnode=HOST:PORT [--token-file F] [--transport K] stats
+ *   dkvfs-ctl --memnode=HOST:PORT [--token-file F] [--transport K] volumes
+ *
+ * Output is one `key: value` per line (stats) or one volume per line, so
+ * scripts can grep it.  Commands are a table: `compact` (near-data
+ * compaction on request) and `stats MOUNTPOINT` (the mount's stats file)
+ * have their rows reserved.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/coding.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "memnode/mn_client.h"
+#include "memnode/mn_proto.h"
+#include "memnode/mn_server.h"
+#include "net/rpc.h"
+
+struct ctl {
+	const char *memnode;
+	enum net_kind transport;
+	uint8_t token[MN_TOKEN_MAX];
+	size_t token_len;
+	bool has_token;
+	int timeout_ms;
+};
+
+static int ctl_connect(const struct ctl *x, struct mn_client **out)
+{
+	struct mn_client_opts o = {
+		.addr = x->memnode,
+		.transport = x->transport,
+		.token = x->has_token ? x->token : NULL,
+		.token_len = x->token_len,
+		.op_timeout_ms = x->timeout_ms,
+		.no_volume = true,
+	};
+	int rc;
+
+	if (!x->memnode) {
+		fprintf(stderr, "dkvfs-ctl: --memnode=HOST:PORT is required\n");
+		return -EINVAL;
+	}
+	rc = mn_client_open(&o, out);
+	if (rc)
+		fprintf(stderr, "dkvfs-ctl: cannot reach memory node %s: %s\n", x->memnode,
+			dkv_strerror(rc));
+	return rc;
+}
+
+static int cmd_stats(const struct ctl *x, int argc, char **argv)
+{
+	static const char *const names[] = {
+		"capacity", "used", "used_slabs", "used_node", "volumes", "clients",
+		"requests", "bytes_in", "bytes_out", "compactions", "compaction_bytes_read",
+		"compaction_bytes_written",
+	};
+	struct mn_client *c;
+	uint8_t *rep;
+	size_t rl = 0;
+	int rc;
+
+	if (argc > 1) {
+		/* stats MOUNTPOINT: the mount's stats file (not yet). */
+		fprintf(stderr, "dkvfs-ctl: stats of a mount (%s) is not implemented yet\n",
+			argv[1]);
+		return 2;
+	}
+	rc = ctl_connect(x, &c);
+	if (rc)
+		return 1;
+	rep = malloc(RPC_REPLY_MAX + 1);
+	if (!rep) {
+		mn_client_close(c);
+		return 1;
+	}
+	rc = mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, rep, RPC_REPLY_MAX, &rl);
+	if (!rc && (rl < MN_STATS_FIXED || rl > RPC_REPLY_MAX))
+		rc = -EBADMSG;
+	if (rc) {
+		fprintf(stderr, "dkvfs-ctl: stats: %s\n", dkv_strerror(rc));
+	} else {
+		printf("memnode: %s\n", x->memnode);
+		for (int i = 0; i < 12; i++)
+			printf("%s: %llu\n", names[i], (unsigned long long)get_u64(rep + 8 * i));
+		rep[rl] = 0;
+		fputs((char *)rep + MN_STATS_FIXED, stdout);
+	}
+	free(rep);
+	mn_client_close(c);
+	return rc ? 1 : 0;
+}
+
+static int cmd_volumes(const struct ctl *x, int argc, char **argv)
+{
+	struct mn_client *c;
+	char *rep;
+	size_t rl = 0;
+	int rc;
+
+	rc = ctl_connect(x, &c);
+	if (rc)
+		return 1;
+	rep = malloc(RPC_REPLY_MAX + 1);
+	if (!rep) {
+		mn_client_close(c);
+		return 1;
+	}
+	rc = mn_call(c, MN_OP_VOLUMES, NULL, 0, NULL, 0, rep, RPC_REPLY_MAX, &rl);
+	if (rc) {
+		fprintf(stderr, "dkvfs-ctl: volumes: %s\n", dkv_strerror(rc));
+	} else {
+		rep[rl < RPC_REPLY_MAX ? rl : RPC_REPLY_MAX] = 0;
+		fputs(rep, stdout);
+	}
+	free(rep);
+	mn_client_close(c);
+	return rc ? 1 : 0;
+}
+
+static int cmd_compact(const struct ctl *x, int argc, char **argv)
+{
+	fprintf(stderr, "dkvfs-ctl: compact is not implemented yet\n");
+	return 2;
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(const struct ctl *x, int argc, char **argv);
+	const char *help;
+} cmds[] = {
+	{ "stats", cmd_stats, "capacity, use, volumes, clients and their grants, traffic" },
+	{ "volumes", cmd_volumes, "the volumes of the node, one per line" },
+	{ "compact", cmd_compact, "(reserved) ask for a compaction" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dkvfs-ctl --memnode=HOST:PORT [--token-file FILE] "
+		   "[--transport tcp|local|rdma|auto] [--timeout MS] COMMAND\n"
+		   "commands:\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "memnode", required_argument, NULL, 'm' },
+		{ "token-file", required_argument, NULL, 'k' },
+		{ "transport", required_argument, NULL, 't' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctl x = { .transport = NET_AUTO, .timeout_ms = 5000 };
+	int opt, rc;
+
+	dkv_log_set_prog("ctl");
+	while ((opt = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'm':
+			x.memnode = optarg;
+			break;
+		case 'k':
+			rc = mn_token_file_read(optarg, x.token, &x.token_len);
+			if (rc) {
+				fprintf(stderr, "dkvfs-ctl: token file %s: %s\n", optarg,
+					dkv_strerror(rc));
+				return 2;
+			}
+			x.has_token = true;
+			break;
+		case 't':
+			if (net_kind_parse(optarg, &x.transport)) {
+				fprintf(stderr, "dkvfs-ctl: bad --transport %s\n", optarg);
+				return 2;
+			}
+			break;
+		case 'T':
+			x.timeout_ms = atoi(optarg);
+			if (x.timeout_ms <= 0) {
+				fprintf(stderr, "dkvfs-ctl: bad --timeout %s\n", optarg);
+				return 2;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[optind], cmds[i].name))
+			return cmds[i].fn(&x, argc - optind, argv + optind);
+	fprintf(stderr, "dkvfs-ctl: unknown command '%s'\n", argv[optind]);
+	usage(stderr);
+	return 2;
+}
