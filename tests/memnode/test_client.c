@@ -1,6 +1,7 @@
 /* tests/memnode/test_client.c — mn_client against an in-process mn_server:
  * volumes, slabs, one-sided I/O, roots, leases, tokens, grants, ENOSPC. */
 #include <pthread.h>
+#include <time.h>
 
 #include "memnode/mn_client_int.h"
 #include "memnode/mn_proto.h"
@@ -306,5 +307,106 @@ Test(client, unix_only_node)
 	cr_assert_null(mn_server_addr(s));
 	cr_assert_str_eq(mn_server_local_addr(s), name);
 	local_roundtrip(name, NET_AUTO);
+	mn_server_destroy(s);
+}
+
+struct iothr {
+	struct mn_client *c;
+	uint64_t base;
+	int id;
+	int bad;
+};
+
+static void *io_thread(void *arg)
+{
+	struct iothr *t = arg;
+	char *reg = mn_buf_alloc(t->c, 65536);
+	char plain[8192], back[8192];
+
+	for (int i = 0; i < 200; i++) {
+		size_t len = 1 + (size_t)(i * 37 % 8192);
+		uint64_t off = t->base + (uint64_t)(i % 8) * 8192;
+		for (size_t k = 0; k < len; k++)
+			plain[k] = (char)(t->id * 31 + i + k);
+		if (i % 2) {
+			memcpy(reg, plain, len);
+			struct mn_io io;
+			if (mn_post_write(t->c, &io, off, reg, len) || mn_wait(t->c, &io))
+				t->bad++;
+		} else if (mn_write(t->c, off, plain, len)) {
+			t->bad++;
+		}
+		if (mn_read(t->c, off, back, len) || memcmp(back, plain, len))
+			t->bad++;
+	}
+	mn_buf_free(t->c, reg);
+	return NULL;
+}
+
+Test(client, eight_threads_share_a_client)
+{
+	struct mn_server *s = mt_server(32 << 20, NULL);
+	struct mn_client *c;
+	struct mn_extent e;
+	pthread_t th[8];
+	struct iothr t[8];
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "mt", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	for (int i = 0; i < 8; i++) {
+		t[i] = (struct iothr){ c, e.off + (uint64_t)i * 65536, i, 0 };
+		pthread_create(&th[i], NULL, io_thread, &t[i]);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(t[i].bad, 0, "thread %d: %d bad ops", i, t[i].bad);
+	}
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Not a benchmark (dkvfs-bench is): a figure for the report. */
+Test(client, latency_4k_read_figures)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	enum net_kind kinds[] = { NET_TCP, NET_LOCAL };
+	static uint64_t ns[2000];
+
+	for (int k = 0; k < 2; k++) {
+		struct mn_client_opts o = { .addr = mn_server_addr(s), .transport = kinds[k],
+					    .volume = "lat", .writer = true, .create = true };
+		struct mn_client *c;
+		struct mn_extent e;
+		cr_assert_eq(mn_client_open(&o, &c), 0);
+		cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+		char *b = mn_buf_alloc(c, 4096);
+		for (int i = 0; i < 2000; i++) {
+			struct timespec a, z;
+			clock_gettime(CLOCK_MONOTONIC, &a);
+			cr_assert_eq(mn_read(c, e.off, b, 4096), 0);
+			clock_gettime(CLOCK_MONOTONIC, &z);
+			ns[i] = (uint64_t)(z.tv_sec - a.tv_sec) * 1000000000ull +
+				(uint64_t)(z.tv_nsec - a.tv_nsec);
+		}
+		qsort(ns, 2000, sizeof(ns[0]), cmp_u64);
+		uint64_t t0 = mt_now_ms();
+		int calls = 0;
+		size_t rl;
+		while (mt_now_ms() - t0 < 300) {
+			cr_assert_eq(mn_root_get(c, b, 4096, &rl), 0);
+			calls++;
+		}
+		printf("FIGURE mn_read_4k transport=%s p50_us=%.1f p99_us=%.1f rpc_root_get_per_s=%d\n",
+		       net_kind_name(kinds[k]), ns[1000] / 1000.0, ns[1980] / 1000.0,
+		       calls * 1000 / 300);
+		mn_buf_free(c, b);
+		mn_client_close(c);
+	}
 	mn_server_destroy(s);
 }
