@@ -13,9 +13,11 @@
  * re-seeking every child but `cur` around K — the direction switch.  Each
  * child must hold strictly increasing keys (true for internal keys).
  *
- * The minimum is found by a linear scan over the children: merges have few
- * children (levels and level-0 tables) and the scan is branch-predictable;
- * a heap is a later optimisation that does not change this file's contract.
+ * The valid children sit in a binary heap ordered for the current direction
+ * (FWD: smallest (key, index) on top; REV: largest on top), so a step costs
+ * O(log n) key comparisons: a compaction of many level-0 tables or an
+ * iterator over many sources stays cheap.  Movements of every child (seek,
+ * first, last, direction switch) rebuild the heap in O(n).
  */
 #include "common/iter.h"
 
@@ -79,6 +81,8 @@ struct merge_iter {
 	int cur;            /* child holding the current item, -1 if none */
 	enum merge_dir dir;
 	struct dkv_iter **child;
+	int *heap;          /* indexes of the valid children; heap[0] == cur */
+	int hn;
 };
 
 static struct merge_iter *to_merge(struct dkv_iter *it)
@@ -106,38 +110,63 @@ static int merge_cmp_child(const struct merge_iter *m, int a, int b)
 	return m->cmp(ak, al, bk, bl);
 }
 
-/* Position on the smallest child (ties: lowest index) and set dir FWD. */
-static int merge_pick_smallest(struct merge_iter *m)
+/* Does child a come before child b in the current direction's order? */
+static bool merge_before(const struct merge_iter *m, int a, int b)
 {
-	int best = -1;
+	int c = merge_cmp_child(m, a, b);
 
-	for (int i = 0; i < m->n; i++) {
-		if (!dkv_iter_valid(m->child[i]))
-			continue;
-		if (best < 0 || merge_cmp_child(m, i, best) < 0)
-			best = i;
-	}
-	m->cur = best;
-	m->dir = MERGE_FWD;
-	m->it.valid = best >= 0;
-	return best >= 0 ? 0 : 1;
+	if (m->dir == MERGE_FWD)
+		return c < 0 || (c == 0 && a < b);
+	return c > 0 || (c == 0 && a > b);
 }
 
-/* Position on the largest child (ties: highest index) and set dir REV. */
-static int merge_pick_largest(struct merge_iter *m)
+static void merge_sift_down(struct merge_iter *m, int i)
 {
-	int best = -1;
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, best = i, tmp;
 
-	for (int i = 0; i < m->n; i++) {
-		if (!dkv_iter_valid(m->child[i]))
-			continue;
-		if (best < 0 || merge_cmp_child(m, i, best) >= 0)
-			best = i;
+		if (l < m->hn && merge_before(m, m->heap[l], m->heap[best]))
+			best = l;
+		if (r < m->hn && merge_before(m, m->heap[r], m->heap[best]))
+			best = r;
+		if (best == i)
+			return;
+		tmp = m->heap[i];
+		m->heap[i] = m->heap[best];
+		m->heap[best] = tmp;
+		i = best;
 	}
-	m->cur = best;
-	m->dir = MERGE_REV;
-	m->it.valid = best >= 0;
-	return best >= 0 ? 0 : 1;
+}
+
+/* Make the heap's top the current item (or report the end). */
+static int merge_settle(struct merge_iter *m)
+{
+	m->cur = m->hn ? m->heap[0] : -1;
+	m->it.valid = m->hn > 0;
+	return m->hn ? 0 : 1;
+}
+
+/* Every child moved: rebuild the heap for direction dir. */
+static int merge_rebuild(struct merge_iter *m, enum merge_dir dir)
+{
+	m->dir = dir;
+	m->hn = 0;
+	for (int i = 0; i < m->n; i++)
+		if (dkv_iter_valid(m->child[i]))
+			m->heap[m->hn++] = i;
+	for (int i = m->hn / 2 - 1; i >= 0; i--)
+		merge_sift_down(m, i);
+	return merge_settle(m);
+}
+
+/* Only the top child moved (in the heap's direction): restore the heap. */
+static int merge_fix_top(struct merge_iter *m)
+{
+	if (!dkv_iter_valid(m->child[m->heap[0]]))
+		m->heap[0] = m->heap[--m->hn];
+	if (m->hn)
+		merge_sift_down(m, 0);
+	return merge_settle(m);
 }
 
 static int merge_seek(struct dkv_iter *it, const void *t, size_t len)
@@ -147,7 +176,7 @@ static int merge_seek(struct dkv_iter *it, const void *t, size_t len)
 	for (int i = 0; i < m->n; i++)
 		if (merge_check(m, dkv_iter_seek(m->child[i], t, len)))
 			return m->it.status;
-	return merge_pick_smallest(m);
+	return merge_rebuild(m, MERGE_FWD);
 }
 
 static int merge_seek_for_prev(struct dkv_iter *it, const void *t, size_t len)
@@ -157,7 +186,7 @@ static int merge_seek_for_prev(struct dkv_iter *it, const void *t, size_t len)
 	for (int i = 0; i < m->n; i++)
 		if (merge_check(m, dkv_iter_seek_for_prev(m->child[i], t, len)))
 			return m->it.status;
-	return merge_pick_largest(m);
+	return merge_rebuild(m, MERGE_REV);
 }
 
 static int merge_first(struct dkv_iter *it)
@@ -167,7 +196,7 @@ static int merge_first(struct dkv_iter *it)
 	for (int i = 0; i < m->n; i++)
 		if (merge_check(m, dkv_iter_first(m->child[i])))
 			return m->it.status;
-	return merge_pick_smallest(m);
+	return merge_rebuild(m, MERGE_FWD);
 }
 
 static int merge_last(struct dkv_iter *it)
@@ -177,7 +206,7 @@ static int merge_last(struct dkv_iter *it)
 	for (int i = 0; i < m->n; i++)
 		if (merge_check(m, dkv_iter_last(m->child[i])))
 			return m->it.status;
-	return merge_pick_largest(m);
+	return merge_rebuild(m, MERGE_REV);
 }
 
 static bool merge_child_at(const struct merge_iter *m, int i, const void *k, size_t kl)
@@ -216,7 +245,7 @@ static int merge_next(struct dkv_iter *it)
 	}
 	if (merge_check(m, dkv_iter_next(c)))
 		return m->it.status;
-	return merge_pick_smallest(m);
+	return m->dir == MERGE_FWD ? merge_fix_top(m) : merge_rebuild(m, MERGE_FWD);
 }
 
 static int merge_prev(struct dkv_iter *it)
@@ -243,7 +272,7 @@ static int merge_prev(struct dkv_iter *it)
 	}
 	if (merge_check(m, dkv_iter_prev(c)))
 		return m->it.status;
-	return merge_pick_largest(m);
+	return m->dir == MERGE_REV ? merge_fix_top(m) : merge_rebuild(m, MERGE_REV);
 }
 
 static const void *merge_key(const struct dkv_iter *it, size_t *len)
@@ -269,6 +298,7 @@ static void merge_destroy(struct dkv_iter *it)
 	for (int i = 0; i < m->n; i++)
 		dkv_iter_destroy(m->child[i]);
 	free(m->child);
+	free(m->heap);
 	free(m);
 }
 
@@ -300,7 +330,8 @@ int dkv_merge_iter_create(struct dkv_iter **children, int n, dkv_cmp_fn cmp,
 	if (!m)
 		goto out_children;
 	m->child = calloc(n ? (size_t)n : 1, sizeof(*m->child));
-	if (!m->child)
+	m->heap = calloc(n ? (size_t)n : 1, sizeof(*m->heap));
+	if (!m->child || !m->heap)
 		goto out_free;
 	for (int i = 0; i < n; i++)
 		m->child[i] = children[i];
@@ -313,6 +344,8 @@ int dkv_merge_iter_create(struct dkv_iter **children, int n, dkv_cmp_fn cmp,
 	return 0;
 
 out_free:
+	free(m->child);
+	free(m->heap);
 	free(m);
 out_children:
 	for (int i = 0; n > 0 && children && i < n; i++)

@@ -313,14 +313,12 @@ Test(merge, five_sst_children_equal_sorted_union, .timeout = 50)
 /* Children sharing keys: equal keys come in child order forward, reversed
  * backward, and direction switches in the middle of a run of equal keys
  * keep the order. */
-Test(merge, equal_keys_across_children)
+static void equal_keys_across(int NC, int PER, int space, uint64_t s)
 {
-	enum { NC = 5, PER = 300 };
-	struct item *items[NC];
-	struct dkv_iter *child[NC], *m;
-	struct want *w = calloc(NC * PER, sizeof(*w));
+	struct item **items = calloc((size_t)NC, sizeof(*items));
+	struct dkv_iter **child = calloc((size_t)NC, sizeof(*child)), *m;
+	struct want *w = calloc((size_t)(NC * PER), sizeof(*w));
 	long n = 0;
-	uint64_t s = 3;
 
 	cr_assert_not_null(w);
 	for (int c = 0; c < NC; c++) {
@@ -330,12 +328,12 @@ Test(merge, equal_keys_across_children)
 		cr_assert_not_null(items[c]);
 		/* Keys from a small space so children share many of them; each
 		 * child's keys strictly increase. */
-		for (int v = 0; v < 400 && cnt < PER; v++) {
+		for (int v = 0; v < space && cnt < PER; v++) {
 			if (sstm_rng(&s) % 3)
 				continue;
 			struct item *it = &items[c][cnt++];
 			it->klen = (size_t)snprintf((char *)it->key, sizeof(it->key), "k%04d", v);
-			it->vlen = (size_t)snprintf((char *)it->val, sizeof(it->val), "c%d", c);
+			it->vlen = (size_t)snprintf((char *)it->val, sizeof(it->val), "c%03d", c);
 		}
 		for (long i = 0; i < cnt; i++)
 			w[n++] = (struct want){ items[c][i].key, items[c][i].val, items[c][i].klen,
@@ -361,7 +359,21 @@ Test(merge, equal_keys_across_children)
 	dkv_iter_destroy(m);
 	for (int c = 0; c < NC; c++)
 		free(items[c]);
+	free(items);
+	free(child);
 	free(w);
+}
+
+Test(merge, equal_keys_across_children)
+{
+	equal_keys_across(5, 300, 400, 3);
+}
+
+/* Many children: a deep heap, and children sharing most keys. */
+Test(merge, many_children)
+{
+	equal_keys_across(37, 60, 100, 4);
+	equal_keys_across(2, 300, 350, 5);
 }
 
 Test(merge, zero_and_one_child)

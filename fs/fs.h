@@ -1,0 +1,59 @@
+/* fs/fs.h — the dkvfs filesystem: FUSE operations over a key-value store.
+ *
+ * What it guarantees (docs/fs.md has the full semantics):
+ *   - path /a/b is a namespace key, a directory is a key prefix with an
+ *     optional marker record; listings cost work proportional to children;
+ *   - files up to FS_INLINE_MAX bytes live in their metadata record, larger
+ *     ones in 256 KiB chunks keyed by (data id, index);
+ *   - all handles of one file share one in-memory inode: every read sees
+ *     every completed write; data and metadata are committed as one atomic
+ *     batch on flush/fsync/close (and chunk by chunk for large writes, under
+ *     an intent key so a crash never leaves garbage);
+ *   - rename of a file or a whole directory is one atomic batch.
+ *
+ * Life cycle: fs_opts_init -> fs_create(kv) -> fuse_new(fs_fuse_ops(), ...,
+ * private_data = the fs) -> loop -> fs_destroy -> fs_kv_destroy.
+ *
+ * Threads: every fs_* call below is thread safe; FUSE may call the
+ * operations from any number of threads.
+ */
+#ifndef DKV_FS_H
+#define DKV_FS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct fs_kv;
+struct fs_ctx;
+struct fuse_operations;
+
+struct fs_opts {
+	uid_t root_uid;          /* owner of a freshly made root directory */
+	gid_t root_gid;
+	bool read_only;
+	double entry_timeout;    /* seconds the kernel caches names, default 1 */
+	double attr_timeout;     /* seconds the kernel caches attributes, default 1 */
+	bool implicit_dirs;      /* names with keys below but no marker are dirs (default true) */
+	unsigned max_dirty_chunks; /* per open file before early chunk writes, default 4 */
+	bool sync_on_close;      /* close() also eng_sync()s (default false: fsync does) */
+};
+void fs_opts_init(struct fs_opts *o);
+
+/* Open the filesystem on kv (not owned): makes a fresh one if kv is empty,
+ * else checks the superblock and reclaims chunks left by interrupted
+ * writes (intent keys).  Errors: -EBADMSG / -DKV_E_VERSION (not a dkvfs
+ * volume or another format), -ENOMEM, store errors. */
+int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out);
+/* Commit whatever is still dirty, sync, free.  Returns the first error. NULL ok. */
+int fs_destroy(struct fs_ctx *fs);
+
+/* The FUSE high-level operations; fuse_new's private_data must be the fs. */
+const struct fuse_operations *fs_fuse_ops(void);
+
+/* The text of MOUNTPOINT/.dkvfs/stats: "key: value" lines (engine counters
+ * then fs counters).  Returns the length (< cap, NUL-terminated). */
+size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap);
+
+#endif

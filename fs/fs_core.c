@@ -1,0 +1,484 @@
+/* fs/fs_core.c — the filesystem context: making and opening a volume's
+ * filesystem, id allocation, record lookup, parent timestamps, reclaiming
+ * chunks, and the stats text.
+ *
+ * Opening (fs_create):
+ *   superblock absent  -> fresh filesystem: superblock + root marker, one batch
+ *   superblock present -> check version and chunk size, then for every intent
+ *                         key 'I' id -> size, delete the chunks of id beyond
+ *                         size (fs_reclaim): what an interrupted rewrite, an
+ *                         unlinked-while-open file or a crash mid-write left.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "fs/fs_int.h"
+
+#define RECLAIM_BATCH 256
+
+int64_t fs_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void fs_opts_init(struct fs_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->root_uid = getuid();
+	o->root_gid = getgid();
+	o->entry_timeout = 1.0;
+	o->attr_timeout = 1.0;
+	o->implicit_dirs = true;
+	o->max_dirty_chunks = 4;
+}
+
+void fs_rec_init_new(struct fs_rec *rec, uint32_t mode, uint32_t uid, uint32_t gid, uint64_t ino)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->mode = mode;
+	rec->uid = uid;
+	rec->gid = gid;
+	rec->ino = ino;
+	rec->atime = rec->mtime = rec->ctime = fs_now_ns();
+}
+
+static int put_super(struct fs_ctx *fs, uint64_t next_id, struct fs_kv_batch *into)
+{
+	struct fs_super s = { .version = FS_REC_VERSION, .chunk_shift = FS_CHUNK_SHIFT,
+			      .next_id = next_id };
+	uint8_t buf[FS_SUPER_LEN];
+	uint8_t key = FS_SUPER_PREFIX;
+	fs_super_encode(&s, buf);
+	struct fs_kv_batch *b = into ? into : fs_kv_batch_create(fs->kv);
+	if (!b)
+		return -ENOMEM;
+	int rc = fs_kv_batch_put(b, &key, 1, buf, sizeof(buf));
+	if (!rc && !into)
+		rc = fs_kv_write(fs->kv, b, false);
+	if (!into)
+		fs_kv_batch_destroy(b);
+	return rc;
+}
+
+int fs_alloc_id(struct fs_ctx *fs, uint64_t *id)
+{
+	int rc = 0;
+	pthread_mutex_lock(&fs->id_lock);
+	if (fs->id_next >= fs->id_limit) {
+		/* persist the new limit before handing out any id below it */
+		rc = put_super(fs, fs->id_limit + FS_ID_BLOCK, NULL);
+		if (!rc)
+			fs->id_limit += FS_ID_BLOCK;
+	}
+	if (!rc)
+		*id = fs->id_next++;
+	pthread_mutex_unlock(&fs->id_lock);
+	return rc;
+}
+
+static int decode_rec(const void *v, size_t vl, const uint8_t *key, size_t klen, struct fs_rec *rec)
+{
+	int rc = fs_rec_decode(v, vl, rec);
+	if (rc == -EBADMSG) {
+		char path[256];
+		if (fs_key_to_path(key, klen, path, sizeof(path)))
+			snprintf(path, sizeof(path), "(long path)");
+		dkv_err("corrupt metadata record for %s (%zu bytes): reporting EIO", path, vl);
+		return -EIO;
+	}
+	return rc;
+}
+
+int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey)
+{
+	struct fs_key mk;
+	void *v = NULL;
+	size_t vl = 0;
+	int rc;
+
+	FS_COUNT(fs, lookups, 1);
+	memcpy(mk.b, k->b, k->len);
+	mk.len = k->len;
+	mk.b[mk.len++] = FS_SEP; /* fs_key keeps room for it */
+	rc = fs_kv_get(fs->kv, mk.b, mk.len, &v, &vl);
+	if (rc == 0) {
+		rc = decode_rec(v, vl, mk.b, mk.len, rec);
+		free(v);
+		if (!rc && reckey)
+			*reckey = mk;
+		return rc;
+	}
+	if (rc != -ENOENT)
+		return rc;
+	if (k->len > 1) {
+		rc = fs_kv_get(fs->kv, k->b, k->len, &v, &vl);
+		if (rc == 0) {
+			rc = decode_rec(v, vl, k->b, k->len, rec);
+			free(v);
+			if (!rc && reckey) {
+				memcpy(reckey->b, k->b, k->len);
+				reckey->len = k->len;
+			}
+			return rc;
+		}
+		if (rc != -ENOENT)
+			return rc;
+	}
+	if (!fs->opts.implicit_dirs && k->len > 1)
+		return -ENOENT;
+	/* implicit directory: any key below it (or the root, always) */
+	bool found = k->len == 1;
+	if (!found) {
+		struct fs_kv_iter *it = NULL;
+		uint8_t hi[FS_KEY_MAX];
+		memcpy(hi, mk.b, mk.len);
+		hi[mk.len - 1] = 0x01;
+		rc = fs_kv_iter_create(fs->kv, mk.b, mk.len, hi, mk.len, &it);
+		if (rc)
+			return rc;
+		rc = fs_kv_iter_seek(it, mk.b, mk.len);
+		fs_kv_iter_destroy(it);
+		if (rc < 0)
+			return rc;
+		found = rc == 0;
+	}
+	if (!found)
+		return -ENOENT;
+	fs_rec_implicit_dir(fs, k->b, k->len, rec);
+	if (reckey)
+		reckey->len = 0;
+	return 0;
+}
+
+int fs_batch_put_rec(struct fs_kv_batch *b, const uint8_t *key, size_t klen, const struct fs_rec *rec)
+{
+	uint8_t *buf;
+	size_t len;
+	int rc = fs_rec_encode(rec, &buf, &len);
+	if (rc)
+		return rc;
+	rc = fs_kv_batch_put(b, key, klen, buf, len);
+	free(buf);
+	return rc;
+}
+
+int fs_batch_put_intent(struct fs_kv_batch *b, uint64_t data_id, uint64_t from)
+{
+	uint8_t key[FS_INTENT_KEY_LEN], v[8];
+	fs_key_intent(key, data_id);
+	put_u64(v, from);
+	return fs_kv_batch_put(b, key, sizeof(key), v, sizeof(v));
+}
+
+void fs_rec_implicit_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec *rec)
+{
+	fs_rec_init_new(rec, S_IFDIR | 0755, fs->opts.root_uid, fs->opts.root_gid, 0);
+	rec->atime = rec->mtime = rec->ctime = 0;
+	/* a stable ino for a marker-less directory: a hash of its key, in a
+	 * range the id counter never reaches */
+	rec->ino = ((uint64_t)crc32c(key, klen) << 20) | (1ull << 62) | (klen & 0xfffff);
+}
+
+int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *k,
+		    struct fs_rec *parent)
+{
+	struct fs_key pk;
+	size_t i = k->len;
+	while (i > 1 && k->b[i - 1] != FS_SEP)
+		i--;
+	/* k = "N\0a\0b": parent key is k up to and including the last separator
+	 * (that is the parent's marker); for a child of the root, "N\0". */
+	if (i <= 1)
+		return -EINVAL;
+	memcpy(pk.b, k->b, i);
+	pk.len = i;
+	void *v = NULL;
+	size_t vl = 0;
+	struct fs_rec rec = FS_REC_INIT;
+	int rc = fs_kv_get(fs->kv, pk.b, pk.len, &v, &vl);
+	if (rc == -ENOENT)
+		return 0; /* implicit parent: nothing to stamp */
+	if (rc)
+		return rc;
+	rc = decode_rec(v, vl, pk.b, pk.len, &rec);
+	free(v);
+	if (rc)
+		return rc;
+	rec.mtime = rec.ctime = fs_now_ns();
+	rc = fs_batch_put_rec(b, pk.b, pk.len, &rec);
+	if (!rc && parent)
+		*parent = rec;
+	else
+		fs_rec_release(&rec);
+	return rc;
+}
+
+int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from)
+{
+	uint8_t lo[FS_CHUNK_KEY_LEN], hi[FS_CHUNK_KEY_LEN], ik[FS_INTENT_KEY_LEN];
+	uint64_t first = (from + FS_CHUNK_SIZE - 1) >> FS_CHUNK_SHIFT;
+	struct fs_kv_iter *it = NULL;
+	struct fs_kv_batch *b = NULL;
+	uint64_t n = 0;
+	int rc;
+
+	FS_COUNT(fs, reclaims, 1);
+	b = fs_kv_batch_create(fs->kv);
+	if (!b)
+		return -ENOMEM;
+	/* the chunk holding from keeps only its first from % CHUNK bytes */
+	if (from % FS_CHUNK_SIZE) {
+		uint32_t keep = from % FS_CHUNK_SIZE;
+		void *v = NULL;
+		size_t vl = 0;
+		fs_key_chunk(lo, data_id, from >> FS_CHUNK_SHIFT);
+		rc = fs_kv_get(fs->kv, lo, sizeof(lo), &v, &vl);
+		if (rc == 0 && vl > keep)
+			rc = fs_kv_batch_put(b, lo, sizeof(lo), v, keep);
+		free(v);
+		if (rc && rc != -ENOENT)
+			goto out;
+	}
+	fs_key_chunk(lo, data_id, first);
+	fs_key_chunk(hi, data_id + 1, 0);
+	rc = fs_kv_iter_create(fs->kv, lo, sizeof(lo), hi, sizeof(hi), &it);
+	if (rc)
+		goto out;
+	for (rc = fs_kv_iter_seek(it, lo, sizeof(lo)); rc == 0; rc = fs_kv_iter_next(it)) {
+		size_t kl;
+		const void *k = fs_kv_iter_key(it, &kl);
+		rc = fs_kv_batch_delete(b, k, kl);
+		if (rc)
+			goto out;
+		if (++n % RECLAIM_BATCH == 0) {
+			rc = fs_kv_write(fs->kv, b, false);
+			fs_kv_batch_destroy(b);
+			b = fs_kv_batch_create(fs->kv);
+			if (rc || !b) {
+				rc = rc ? rc : -ENOMEM;
+				goto out;
+			}
+		}
+	}
+	if (rc < 0)
+		goto out;
+	fs_key_intent(ik, data_id);
+	rc = fs_kv_batch_delete(b, ik, sizeof(ik));
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	FS_COUNT(fs, reclaimed_chunks, n);
+out:
+	fs_kv_iter_destroy(it);
+	fs_kv_batch_destroy(b);
+	if (rc)
+		dkv_warn("reclaiming data %" PRIu64 " failed: %s (retried at next mount)", data_id,
+			 dkv_strerror(rc));
+	return rc;
+}
+
+void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = rec->ino;
+	st->st_mode = rec->mode;
+	st->st_nlink = S_ISDIR(rec->mode) ? 2 : 1;
+	st->st_uid = rec->uid;
+	st->st_gid = rec->gid;
+	st->st_rdev = rec->rdev;
+	st->st_size = (off_t)rec->size;
+	st->st_blksize = S_ISREG(rec->mode) && (rec->flags & FS_REC_CHUNKED) ? FS_CHUNK_SIZE : 4096;
+	st->st_blocks = (blkcnt_t)((rec->size + 511) / 512);
+	st->st_atim.tv_sec = rec->atime / 1000000000;
+	st->st_atim.tv_nsec = rec->atime % 1000000000;
+	st->st_mtim.tv_sec = rec->mtime / 1000000000;
+	st->st_mtim.tv_nsec = rec->mtime % 1000000000;
+	st->st_ctim.tv_sec = rec->ctime / 1000000000;
+	st->st_ctim.tv_nsec = rec->ctime % 1000000000;
+	if (rec->atime < 0 && st->st_atim.tv_nsec) {
+		st->st_atim.tv_sec--;
+		st->st_atim.tv_nsec += 1000000000;
+	}
+	if (rec->mtime < 0 && st->st_mtim.tv_nsec) {
+		st->st_mtim.tv_sec--;
+		st->st_mtim.tv_nsec += 1000000000;
+	}
+}
+
+static int load_or_make(struct fs_ctx *fs)
+{
+	uint8_t sk = FS_SUPER_PREFIX;
+	void *v = NULL;
+	size_t vl = 0;
+	struct fs_super s;
+	int rc = fs_kv_get(fs->kv, &sk, 1, &v, &vl);
+	if (rc == -ENOENT) {
+		/* fresh filesystem: superblock and root in one batch */
+		struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
+		struct fs_rec root;
+		const uint8_t rk[2] = { FS_NS_PREFIX, FS_SEP };
+		if (!b)
+			return -ENOMEM;
+		fs_rec_init_new(&root, S_IFDIR | 0755, fs->opts.root_uid, fs->opts.root_gid,
+				FS_ROOT_INO);
+		rc = put_super(fs, FS_FIRST_ID + FS_ID_BLOCK, b);
+		if (!rc)
+			rc = fs_batch_put_rec(b, rk, sizeof(rk), &root);
+		if (!rc)
+			rc = fs_kv_write(fs->kv, b, true);
+		fs_kv_batch_destroy(b);
+		if (rc)
+			return rc;
+		fs->id_next = FS_FIRST_ID;
+		fs->id_limit = FS_FIRST_ID + FS_ID_BLOCK;
+		dkv_info("made a fresh filesystem");
+		return 0;
+	}
+	if (rc)
+		return rc;
+	rc = fs_super_decode(v, vl, &s);
+	free(v);
+	if (rc) {
+		dkv_err("the volume's superblock is corrupt or not dkvfs's");
+		return rc;
+	}
+	if (s.version != FS_REC_VERSION || s.chunk_shift != FS_CHUNK_SHIFT) {
+		dkv_err("the volume has filesystem format %u (chunk shift %u); this dkvfs speaks %u (%u)",
+			s.version, s.chunk_shift, FS_REC_VERSION, FS_CHUNK_SHIFT);
+		return -DKV_E_VERSION;
+	}
+	/* ids below next_id may have been handed out before a crash */
+	fs->id_next = fs->id_limit = s.next_id;
+	return 0;
+}
+
+/* Reclaim what every intent key names. */
+static int recover_intents(struct fs_ctx *fs)
+{
+	const uint8_t lo = FS_INTENT_PREFIX, hi = FS_INTENT_PREFIX + 1;
+	struct fs_kv_iter *it = NULL;
+	uint64_t *ids = NULL, *froms = NULL;
+	size_t n = 0, cap = 0;
+	int rc = fs_kv_iter_create(fs->kv, &lo, 1, &hi, 1, &it);
+	if (rc)
+		return rc;
+	for (rc = fs_kv_iter_seek(it, &lo, 1); rc == 0; rc = fs_kv_iter_next(it)) {
+		size_t kl, vl;
+		const uint8_t *k = fs_kv_iter_key(it, &kl);
+		const uint8_t *v = fs_kv_iter_value(it, &vl);
+		uint64_t id;
+		if (!fs_key_parse_intent(k, kl, &id) || vl != 8) {
+			dkv_warn("ignoring a malformed intent key (%zu/%zu bytes)", kl, vl);
+			continue;
+		}
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			uint64_t *a = realloc(ids, cap * sizeof(*a)), *f;
+			if (a)
+				ids = a;
+			f = a ? realloc(froms, cap * sizeof(*f)) : NULL;
+			if (!a || !f) {
+				rc = -ENOMEM;
+				break;
+			}
+			froms = f;
+		}
+		ids[n] = id;
+		froms[n++] = get_u64(v);
+	}
+	fs_kv_iter_destroy(it);
+	if (rc > 0)
+		rc = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = fs_reclaim(fs, ids[i], froms[i]);
+	if (n)
+		dkv_info("reclaimed the chunks of %zu interrupted writes or deleted files", n);
+	free(ids);
+	free(froms);
+	return rc;
+}
+
+int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
+{
+	struct fs_ctx *fs = calloc(1, sizeof(*fs));
+	int rc;
+	if (!fs)
+		return -ENOMEM;
+	fs->kv = kv;
+	if (o)
+		fs->opts = *o;
+	else
+		fs_opts_init(&fs->opts);
+	if (fs->opts.max_dirty_chunks < 1)
+		fs->opts.max_dirty_chunks = 1;
+	pthread_rwlock_init(&fs->ns_lock, NULL);
+	pthread_mutex_init(&fs->open_lock, NULL);
+	pthread_mutex_init(&fs->id_lock, NULL);
+	rc = load_or_make(fs);
+	if (!rc && !fs->opts.read_only)
+		rc = recover_intents(fs);
+	if (rc) {
+		fs_destroy(fs);
+		return rc;
+	}
+	*out = fs;
+	return 0;
+}
+
+int fs_destroy(struct fs_ctx *fs)
+{
+	if (!fs)
+		return 0;
+	int rc = fs_inode_commit_all(fs);
+	if (!fs->opts.read_only) {
+		int r2 = fs_kv_sync(fs->kv);
+		if (!rc)
+			rc = r2;
+	}
+	pthread_rwlock_destroy(&fs->ns_lock);
+	pthread_mutex_destroy(&fs->open_lock);
+	pthread_mutex_destroy(&fs->id_lock);
+	free(fs);
+	return rc;
+}
+
+size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
+{
+	size_t n = fs_kv_stats(fs->kv, buf, cap);
+	if (n >= cap)
+		return n;
+	pthread_mutex_lock(&fs->open_lock);
+	size_t open = fs->open_count;
+	pthread_mutex_unlock(&fs->open_lock);
+#define C(f) atomic_load_explicit(&fs->cnt.f, memory_order_relaxed)
+	int m = snprintf(buf + n, cap - n,
+		"fs_backend: %s\nfs_open_inodes: %zu\nfs_lookups: %" PRIu64 "\nfs_creates: %" PRIu64
+		"\nfs_mkdirs: %" PRIu64 "\nfs_unlinks: %" PRIu64 "\nfs_rmdirs: %" PRIu64
+		"\nfs_renames: %" PRIu64 "\nfs_renamed_keys: %" PRIu64 "\nfs_commits: %" PRIu64
+		"\nfs_commit_bytes: %" PRIu64 "\nfs_early_flushes: %" PRIu64
+		"\nfs_chunk_loads: %" PRIu64 "\nfs_chunk_load_bytes: %" PRIu64 "\nfs_reads: %" PRIu64
+		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
+		"\nfs_readdir_entries: %" PRIu64 "\nfs_readdir_seeks: %" PRIu64
+		"\nfs_reclaims: %" PRIu64 "\nfs_reclaimed_chunks: %" PRIu64 "\nfs_errors: %" PRIu64
+		"\n",
+		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
+		C(renames), C(renamed_keys), C(commits), C(commit_bytes), C(early_flushes),
+		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
+		C(write_bytes), C(readdir_entries), C(readdir_seeks), C(reclaims),
+		C(reclaimed_chunks), C(errors));
+#undef C
+	if (m > 0)
+		n += (size_t)m < cap - n ? (size_t)m : cap - n - 1;
+	return n;
+}

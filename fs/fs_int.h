@@ -1,0 +1,136 @@
+/* fs/fs_int.h — private to fs/: the filesystem context, open inodes and the
+ * functions the fs_*.c files share.
+ *
+ * Locks, in the order they nest:
+ *   fs_inode.mu     one per open inode: its record, data buffers, state.
+ *   fs_ctx.ns_lock  rwlock over the namespace: renames take it exclusive
+ *                   (they move keys and rewrite fs_inode.key); everything
+ *                   that writes a namespace key holds it shared while it
+ *                   builds and writes its batch, so a key it names cannot move
+ *                   under it.
+ *   fs_ctx.open_lock  the open-inode table and reference counts.
+ *   fs_ctx.id_lock  the id allocator.
+ */
+#ifndef DKV_FS_INT_H
+#define DKV_FS_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fs/fs.h"
+#include "fs/fs_key.h"
+#include "fs/fs_kv.h"
+#include "fs/fs_rec.h"
+
+#define FS_ROOT_INO   1
+#define FS_FIRST_ID   16
+#define FS_ID_BLOCK   1024
+#define FS_FILE_MAX   (1ull << 44) /* 16 TiB: chunk indexes stay small */
+#define FS_STATS_DIR  ".dkvfs"
+#define FS_OPEN_BUCKETS 1024
+
+/* Counters shown in .dkvfs/stats (relaxed atomics). */
+struct fs_counters {
+	_Atomic uint64_t lookups, creates, mkdirs, unlinks, rmdirs, renames, renamed_keys;
+	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
+	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
+	_Atomic uint64_t reclaims, reclaimed_chunks, errors;
+};
+#define FS_COUNT(fs, field, n) atomic_fetch_add_explicit(&(fs)->cnt.field, (n), memory_order_relaxed)
+
+struct fs_chunk {
+	uint64_t idx;
+	uint8_t *buf; /* FS_CHUNK_SIZE bytes; bytes at file offsets >= size are zero */
+};
+
+struct fs_inode {
+	struct fs_inode *next;    /* hash chain; open_lock */
+	uint64_t ino;             /* immutable */
+	int refs;                 /* open_lock */
+	_Atomic bool unlinked;    /* set under mu, or under ns_lock exclusive */
+
+	pthread_mutex_t mu;
+	/* key: where the record lives (path key, or path key + "\0" for a
+	 * directory).  Read under mu or ns_lock shared; written under ns_lock
+	 * exclusive (rename). */
+	uint8_t *key;
+	size_t klen;
+	/* everything below: mu */
+	struct fs_rec rec;        /* current truth; rec.payload unused for inline files */
+	uint8_t inl[FS_INLINE_MAX]; /* inline data; zero beyond rec.size */
+	bool dirty;               /* rec or data differ from what is committed */
+	bool intent;              /* an intent key exists for rec.data_id */
+	uint64_t committed_data_id; /* 0: committed record is inline */
+	uint64_t committed_size;
+	uint64_t *retired;        /* data ids to give up at the next commit */
+	size_t nretired;
+	struct fs_chunk *chunks;  /* dirty chunks */
+	size_t nchunks;
+	struct fs_chunk clean;    /* one clean chunk cached for reads (buf NULL: none) */
+	uint64_t trim_from;       /* next commit deletes stored chunks >= this index */
+};
+
+struct fs_ctx {
+	struct fs_kv *kv;
+	struct fs_opts opts;
+	pthread_rwlock_t ns_lock;
+	pthread_mutex_t open_lock;
+	struct fs_inode *open_tab[FS_OPEN_BUCKETS]; /* open_lock */
+	size_t open_count;                          /* open_lock */
+	pthread_mutex_t id_lock;
+	uint64_t id_next, id_limit;                 /* id_lock */
+	struct fs_counters cnt;
+};
+
+/* ---- fs_core.c: store helpers ---- */
+int64_t fs_now_ns(void);
+int fs_alloc_id(struct fs_ctx *fs, uint64_t *id);
+/* Record of a path key: tries the directory marker, then the file record,
+ * then (implicit_dirs) any key below.  On success *rec is filled (caller
+ * releases) and, if reckey is not NULL, reckey receives the key holding the
+ * record (len 0 for an implicit directory).  -ENOENT, -EIO (corrupt record). */
+int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey);
+/* Encode rec and add it to b under key. */
+int fs_batch_put_rec(struct fs_kv_batch *b, const uint8_t *key, size_t klen, const struct fs_rec *rec);
+/* Add intent data_id -> from to b. */
+int fs_batch_put_intent(struct fs_kv_batch *b, uint64_t data_id, uint64_t from);
+/* The record of a directory that exists only because keys lie below it. */
+void fs_rec_implicit_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec *rec);
+/* Add "parent of k: mtime = ctime = now" to b (no-op for implicit parents).
+ * *parent (optional) receives the parent record (caller releases). */
+int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *k,
+		    struct fs_rec *parent);
+/* Delete every chunk of data_id at or after byte offset from (trimming the
+ * chunk that holds from), then the intent key.  Crash safe: the intent stays
+ * until the chunks are gone. */
+int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from);
+/* Fill st from rec. */
+struct stat;
+void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st);
+void fs_rec_init_new(struct fs_rec *rec, uint32_t mode, uint32_t uid, uint32_t gid, uint64_t ino);
+
+/* ---- fs_inode.c: open files ---- */
+/* Find or load the inode for path (a new reference).  -ENOENT ... */
+int fs_inode_get(struct fs_ctx *fs, const char *path, struct fs_inode **out);
+/* Find the open inode with this ino (a new reference) or NULL. */
+struct fs_inode *fs_inode_find(struct fs_ctx *fs, uint64_t ino);
+/* Insert a freshly created record as an inode (a new reference). */
+int fs_inode_adopt(struct fs_ctx *fs, const struct fs_key *key, const struct fs_rec *rec,
+		   struct fs_inode **out);
+void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino);
+/* The following need ino->mu held. */
+int fs_inode_read(struct fs_ctx *fs, struct fs_inode *ino, char *buf, size_t size, uint64_t off);
+int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, size_t size,
+		   uint64_t off);
+int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size);
+int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino);
+/* Give up data id at the next commit (intent, then reclaim). */
+int fs_inode_retire(struct fs_inode *ino, uint64_t data_id);
+/* Rewrite keys of open inodes at or below from (rename); ns_lock exclusive held. */
+void fs_inode_rename_keys(struct fs_ctx *fs, const struct fs_key *from, const struct fs_key *to);
+/* Commit every open inode (unmount). */
+int fs_inode_commit_all(struct fs_ctx *fs);
+
+#endif

@@ -1,0 +1,191 @@
+/* fs/fs_kv_eng.c — the fs_kv seam over the real engine (engine/eng.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/eng.h"
+#include "fs/fs_kv.h"
+
+struct kv_eng {
+	struct fs_kv base;
+	eng_db *db;
+};
+struct kv_eng_batch {
+	struct fs_kv_batch base;
+	eng_batch *b;
+};
+struct kv_eng_iter {
+	struct fs_kv_iter base;
+	eng_iter *it;
+};
+
+static eng_db *db_of(struct fs_kv *kv)
+{
+	return ((struct kv_eng *)kv)->db;
+}
+
+static int ke_get(struct fs_kv *kv, const void *k, size_t kl, void **v, size_t *vl)
+{
+	return eng_get(db_of(kv), NULL, k, kl, v, vl);
+}
+
+static struct fs_kv_batch *ke_batch_create(struct fs_kv *kv)
+{
+	struct kv_eng_batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->base.kv = kv;
+	b->b = eng_batch_create();
+	if (!b->b) {
+		free(b);
+		return NULL;
+	}
+	return &b->base;
+}
+
+static int ke_batch_put(struct fs_kv_batch *b, const void *k, size_t kl, const void *v, size_t vl)
+{
+	return eng_batch_put(((struct kv_eng_batch *)b)->b, k, kl, v, vl);
+}
+
+static int ke_batch_delete(struct fs_kv_batch *b, const void *k, size_t kl)
+{
+	return eng_batch_delete(((struct kv_eng_batch *)b)->b, k, kl);
+}
+
+static size_t ke_batch_count(const struct fs_kv_batch *b)
+{
+	return eng_batch_count(((const struct kv_eng_batch *)b)->b);
+}
+
+static void ke_batch_destroy(struct fs_kv_batch *b)
+{
+	eng_batch_destroy(((struct kv_eng_batch *)b)->b);
+	free(b);
+}
+
+static int ke_write(struct fs_kv *kv, struct fs_kv_batch *b, bool sync)
+{
+	struct eng_write_opts wo = { .sync = sync };
+	return eng_write(db_of(kv), &wo, ((struct kv_eng_batch *)b)->b);
+}
+
+static int ke_iter_create(struct fs_kv *kv, const void *lo, size_t ll, const void *hi, size_t hl,
+			  struct fs_kv_iter **out)
+{
+	struct kv_eng_iter *it = calloc(1, sizeof(*it));
+	if (!it)
+		return -ENOMEM;
+	it->base.kv = kv;
+	int rc = eng_iter_create(db_of(kv), NULL, lo, ll, hi, hl, &it->it);
+	if (rc) {
+		free(it);
+		return rc;
+	}
+	*out = &it->base;
+	return 0;
+}
+
+static int ke_iter_seek(struct fs_kv_iter *it, const void *k, size_t kl)
+{
+	return eng_iter_seek(((struct kv_eng_iter *)it)->it, k, kl);
+}
+
+static int ke_iter_next(struct fs_kv_iter *it)
+{
+	return eng_iter_next(((struct kv_eng_iter *)it)->it);
+}
+
+static const void *ke_iter_key(struct fs_kv_iter *it, size_t *kl)
+{
+	return eng_iter_key(((struct kv_eng_iter *)it)->it, kl);
+}
+
+static const void *ke_iter_value(struct fs_kv_iter *it, size_t *vl)
+{
+	return eng_iter_value(((struct kv_eng_iter *)it)->it, vl);
+}
+
+static void ke_iter_destroy(struct fs_kv_iter *it)
+{
+	eng_iter_destroy(((struct kv_eng_iter *)it)->it);
+	free(it);
+}
+
+static int ke_sync(struct fs_kv *kv)
+{
+	return eng_sync(db_of(kv));
+}
+
+static int ke_space(struct fs_kv *kv, uint64_t *capacity, uint64_t *used)
+{
+	return eng_space(db_of(kv), capacity, used);
+}
+
+static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
+{
+	struct eng_stats s = { 0 };
+	if (eng_stats(db_of(kv), &s) || cap == 0)
+		return 0;
+	int n = snprintf(buf, cap,
+		"puts: %" PRIu64 "\ndeletes: %" PRIu64 "\ngets: %" PRIu64 "\nget_hits: %" PRIu64
+		"\niter_seeks: %" PRIu64 "\nbatches: %" PRIu64 "\nuser_bytes_written: %" PRIu64
+		"\nnet_bytes_sent: %" PRIu64 "\nnet_bytes_recv: %" PRIu64
+		"\nremote_reads: %" PRIu64 "\nremote_read_bytes: %" PRIu64
+		"\nlookup_remote_reads: %" PRIu64 "\nlookup_remote_read_bytes: %" PRIu64
+		"\nflushes: %" PRIu64 "\nflush_bytes: %" PRIu64 "\nwal_bytes: %" PRIu64
+		"\nwal_syncs: %" PRIu64 "\nstalls: %" PRIu64 "\nstall_us: %" PRIu64
+		"\ncompactions: %" PRIu64 "\ncompaction_bytes_read: %" PRIu64
+		"\ncompaction_bytes_written: %" PRIu64 "\ncompaction_net_bytes: %" PRIu64
+		"\nmemtable_bytes: %" PRIu64 "\nimmutables: %" PRIu64 "\ntables: %" PRIu64
+		"\ntable_bytes: %" PRIu64 "\nlive_keys_estimate: %" PRIu64
+		"\nindex_cache_bytes: %" PRIu64 "\nindex_cache_keys: %" PRIu64
+		"\nnode_capacity: %" PRIu64 "\nnode_used: %" PRIu64 "\n",
+		s.puts, s.deletes, s.gets, s.get_hits, s.iter_seeks, s.batches, s.user_bytes_written,
+		s.net_bytes_sent, s.net_bytes_recv, s.remote_reads, s.remote_read_bytes,
+		s.lookup_remote_reads, s.lookup_remote_read_bytes, s.flushes, s.flush_bytes,
+		s.wal_bytes, s.wal_syncs, s.stalls, s.stall_us, s.compactions,
+		s.compaction_bytes_read, s.compaction_bytes_written, s.compaction_net_bytes,
+		s.memtable_bytes, s.immutables, s.tables, s.table_bytes, s.live_keys_estimate,
+		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used);
+	if (n < 0)
+		return 0;
+	return (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+static void ke_destroy(struct fs_kv *kv)
+{
+	free(kv);
+}
+
+static const struct fs_kv_ops kv_eng_ops = {
+	.name = "engine",
+	.get = ke_get,
+	.batch_create = ke_batch_create,
+	.batch_put = ke_batch_put,
+	.batch_delete = ke_batch_delete,
+	.batch_count = ke_batch_count,
+	.batch_destroy = ke_batch_destroy,
+	.write = ke_write,
+	.iter_create = ke_iter_create,
+	.iter_seek = ke_iter_seek,
+	.iter_next = ke_iter_next,
+	.iter_key = ke_iter_key,
+	.iter_value = ke_iter_value,
+	.iter_destroy = ke_iter_destroy,
+	.sync = ke_sync,
+	.space = ke_space,
+	.stats = ke_stats,
+	.destroy = ke_destroy,
+};
+
+struct fs_kv *fs_kv_eng_create(struct eng_db *db)
+{
+	struct kv_eng *kv = calloc(1, sizeof(*kv));
+	if (!kv)
+		return NULL;
+	kv->base.ops = &kv_eng_ops;
+	kv->db = db;
+	return &kv->base;
+}

@@ -1,0 +1,1188 @@
+/* fs/fs_ops.c — the FUSE high-level operations (paths, not inode numbers).
+ *
+ * Choices (docs/fs.md says why):
+ *   - use_ino: st_ino is the record's stable id (survives rename/remount);
+ *   - hard_remove + nullpath_ok: unlink of an open file is ours to handle
+ *     (the inode is marked unlinked; its data goes at the last close);
+ *   - atomic_o_trunc: open(O_TRUNC) reaches us, so a rewrite stays
+ *     uncommitted until close and a crash keeps the old content;
+ *   - keep_cache on every open: this mount is the volume's only writer (the
+ *     engine's lease), so the kernel page cache never goes stale;
+ *   - default_permissions (set by mount/): the kernel checks permissions;
+ *   - hidden, read-only MOUNTPOINT/.dkvfs/stats (not listed by readdir).
+ * Handlers return 0 / -errno; libfuse replies with the positive errno.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "fs/fs_int.h"
+
+#define STATS_DIR_INO  2
+#define STATS_FILE_INO 3
+#define STATS_CAP      (16u << 10)
+
+struct fs_fh {
+	struct fs_inode *ino; /* NULL: the stats file */
+	char *stats;
+	size_t stats_len;
+};
+
+struct fs_dirh {
+	pthread_mutex_t mu;
+	struct fs_kv_iter *it; /* NULL until the first entry is asked for */
+	int rc;                /* result of the iterator's last movement */
+	off_t pos;             /* entries emitted so far, incl. "." and ".." */
+	bool has_pending;      /* an entry the kernel buffer had no room for */
+	char name[FS_NAME_MAX + 1];
+	struct stat st;
+	struct fs_key dir;     /* children prefix: directory key + separator */
+};
+
+static struct fs_ctx *FS(void)
+{
+	return fuse_get_context()->private_data;
+}
+
+static void caller(struct fs_ctx *fs, uint32_t *uid, uint32_t *gid)
+{
+	struct fuse_context *c = fuse_get_context();
+	*uid = c ? c->uid : getuid();
+	*gid = c ? c->gid : getgid();
+}
+
+/* Errors at the edge: project codes become the nearest errno. */
+static int ret(struct fs_ctx *fs, int rc)
+{
+	if (rc >= 0)
+		return rc;
+	if (rc != -ENOENT && rc != -EEXIST && rc != -ENOTEMPTY && rc != -ENODATA)
+		FS_COUNT(fs, errors, 1);
+	if (rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ENOTCONN)
+		return -EIO;
+	return -dkv_to_errno(rc);
+}
+
+/* 0: an ordinary path; 1: /.dkvfs; 2: /.dkvfs/stats; 3: anything else in /.dkvfs */
+static int special(const char *path)
+{
+	if (!path || strncmp(path, "/" FS_STATS_DIR, sizeof(FS_STATS_DIR)) != 0)
+		return 0;
+	const char *r = path + sizeof(FS_STATS_DIR);
+	if (*r == 0)
+		return 1;
+	if (*r != '/')
+		return 0;
+	return strcmp(r, "/stats") == 0 ? 2 : 3;
+}
+
+static struct fs_key *key_alloc(int n)
+{
+	return malloc((size_t)n * sizeof(struct fs_key));
+}
+
+/* Attributes of rec, taking the open inode's in-memory state if there is one. */
+static void stat_of(struct fs_ctx *fs, const struct fs_rec *rec, struct stat *st)
+{
+	struct fs_inode *ino = S_ISREG(rec->mode) ? fs_inode_find(fs, rec->ino) : NULL;
+	if (!ino) {
+		fs_rec_to_stat(rec, st);
+		return;
+	}
+	pthread_mutex_lock(&ino->mu);
+	fs_rec_to_stat(&ino->rec, st);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+}
+
+static void special_stat(int sp, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_nlink = sp == 1 ? 2 : 1;
+	st->st_mode = sp == 1 ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+	st->st_ino = sp == 1 ? STATS_DIR_INO : STATS_FILE_INO;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	clock_gettime(CLOCK_REALTIME, &st->st_mtim);
+	st->st_ctim = st->st_atim = st->st_mtim;
+}
+
+static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+{
+	struct fs_ctx *fs = FS();
+	cfg->use_ino = 1;
+	cfg->readdir_ino = 0;
+	cfg->nullpath_ok = 1;
+	cfg->hard_remove = 1;
+	cfg->kernel_cache = 1;
+	cfg->entry_timeout = fs->opts.entry_timeout;
+	cfg->attr_timeout = fs->opts.attr_timeout;
+	cfg->negative_timeout = fs->opts.entry_timeout;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	conn->max_write = 1u << 20;
+	conn->max_readahead = 1u << 20;
+	return fs;
+}
+
+static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	if (fi && fi->fh) {
+		struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+		if (!fh->ino) {
+			special_stat(2, st);
+			st->st_size = (off_t)fh->stats_len;
+			return 0;
+		}
+		pthread_mutex_lock(&fh->ino->mu);
+		fs_rec_to_stat(&fh->ino->rec, st);
+		pthread_mutex_unlock(&fh->ino->mu);
+		return 0;
+	}
+	int sp = special(path);
+	if (sp == 3)
+		return -ENOENT;
+	if (sp) {
+		special_stat(sp, st);
+		return 0;
+	}
+	struct fs_key *k = key_alloc(1);
+	struct fs_rec rec = FS_REC_INIT;
+	if (!k)
+		return -ENOMEM;
+	int rc = fs_key_from_path(k, path);
+	if (!rc)
+		rc = fs_lookup(fs, k, &rec, NULL);
+	if (!rc)
+		stat_of(fs, &rec, st);
+	fs_rec_release(&rec);
+	free(k);
+	return ret(fs, rc);
+}
+
+/* Make a new name: file (create, mknod), directory, symlink or device.
+ * One batch: the record (directory: its marker) and the parent's times. */
+static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_t rdev,
+		     const char *target, struct fs_inode **out)
+{
+	struct fs_key *k = key_alloc(2);
+	struct fs_rec rec = FS_REC_INIT, parent = FS_REC_INIT, old = FS_REC_INIT;
+	struct fs_kv_batch *b = NULL;
+	uint32_t uid, gid;
+	uint64_t id;
+	int rc;
+
+	if (!k)
+		return -ENOMEM;
+	if (fs->opts.read_only) {
+		rc = -EROFS;
+		goto out_free;
+	}
+	if (special(path)) {
+		rc = -EEXIST;
+		goto out_free;
+	}
+	rc = fs_key_from_path(k, path);
+	if (rc)
+		goto out_free;
+	if (k->len == 1) {
+		rc = -EEXIST;
+		goto out_free;
+	}
+	caller(fs, &uid, &gid);
+	b = fs_kv_batch_create(fs->kv);
+	if (!b) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	pthread_rwlock_rdlock(&fs->ns_lock);
+	rc = fs_lookup(fs, k, &old, NULL);
+	if (rc == 0)
+		rc = -EEXIST;
+	if (rc != -ENOENT)
+		goto out_unlock;
+	rc = fs_alloc_id(fs, &id);
+	if (rc)
+		goto out_unlock;
+	rc = fs_touch_parent(fs, b, k, &parent);
+	if (rc)
+		goto out_unlock;
+	if (parent.mode & S_ISGID) { /* BSD group semantics under a setgid dir */
+		gid = parent.gid;
+		if (S_ISDIR(mode))
+			mode |= S_ISGID;
+	}
+	fs_rec_init_new(&rec, mode, uid, gid, id);
+	rec.rdev = rdev;
+	if (target) {
+		size_t tl = strlen(target);
+		if (tl > FS_SYMLINK_MAX) {
+			rc = -ENAMETOOLONG;
+			goto out_unlock;
+		}
+		rc = fs_rec_set_payload(&rec, target, tl);
+		if (rc)
+			goto out_unlock;
+		rec.size = tl;
+	}
+	k[1] = k[0];
+	if (S_ISDIR(mode))
+		k[1].b[k[1].len++] = FS_SEP;
+	rc = fs_batch_put_rec(b, k[1].b, k[1].len, &rec);
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	if (!rc && out)
+		rc = fs_inode_adopt(fs, &k[1], &rec, out);
+out_unlock:
+	pthread_rwlock_unlock(&fs->ns_lock);
+out_free:
+	fs_kv_batch_destroy(b);
+	fs_rec_release(&rec);
+	fs_rec_release(&parent);
+	fs_rec_release(&old);
+	free(k);
+	return rc;
+}
+
+static int op_mkdir(const char *path, mode_t mode)
+{
+	struct fs_ctx *fs = FS();
+	FS_COUNT(fs, mkdirs, 1);
+	return ret(fs, make_node(fs, path, S_IFDIR | (mode & 07777), 0, NULL, NULL));
+}
+
+static int op_mknod(const char *path, mode_t mode, dev_t rdev)
+{
+	struct fs_ctx *fs = FS();
+	if (S_ISDIR(mode) || S_ISLNK(mode))
+		return -EINVAL;
+	FS_COUNT(fs, creates, 1);
+	return ret(fs, make_node(fs, path, mode, rdev, NULL, NULL));
+}
+
+static int op_symlink(const char *target, const char *path)
+{
+	struct fs_ctx *fs = FS();
+	FS_COUNT(fs, creates, 1);
+	return ret(fs, make_node(fs, path, S_IFLNK | 0777, 0, target, NULL));
+}
+
+static int op_link(const char *from, const char *to)
+{
+	return -EPERM; /* no hard links: a name is a key (docs/fs.md) */
+}
+
+static int op_readlink(const char *path, char *buf, size_t size)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_key *k = key_alloc(1);
+	struct fs_rec rec = FS_REC_INIT;
+	if (!k)
+		return -ENOMEM;
+	int rc = fs_key_from_path(k, path);
+	if (!rc)
+		rc = fs_lookup(fs, k, &rec, NULL);
+	if (!rc && !S_ISLNK(rec.mode))
+		rc = -EINVAL;
+	if (!rc && size) {
+		size_t n = rec.payload_len < size - 1 ? rec.payload_len : size - 1;
+		memcpy(buf, rec.payload, n);
+		buf[n] = 0;
+	}
+	fs_rec_release(&rec);
+	free(k);
+	return ret(fs, rc);
+}
+
+static int op_unlink(const char *path)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_inode *ino = NULL;
+	struct fs_key *k = key_alloc(1);
+	struct fs_kv_batch *b = NULL;
+	int rc;
+
+	if (!k)
+		return -ENOMEM;
+	if (special(path)) {
+		rc = -EPERM;
+		goto out;
+	}
+	if (fs->opts.read_only) {
+		rc = -EROFS;
+		goto out;
+	}
+	rc = fs_inode_get(fs, path, &ino);
+	if (rc)
+		goto out;
+	if (S_ISDIR(ino->rec.mode)) {
+		rc = -EISDIR;
+		goto out;
+	}
+	b = fs_kv_batch_create(fs->kv);
+	if (!b) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	pthread_mutex_lock(&ino->mu);
+	pthread_rwlock_rdlock(&fs->ns_lock);
+	memcpy(k->b, ino->key, ino->klen);
+	k->len = ino->klen;
+	rc = fs_kv_batch_delete(b, k->b, k->len);
+	if (!rc && ino->committed_data_id) /* its chunks go once nobody reads them */
+		rc = fs_batch_put_intent(b, ino->committed_data_id, 0);
+	if (!rc)
+		rc = fs_touch_parent(fs, b, k, NULL);
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	if (!rc) {
+		atomic_store(&ino->unlinked, true);
+		ino->dirty = false;
+	}
+	pthread_rwlock_unlock(&fs->ns_lock);
+	pthread_mutex_unlock(&ino->mu);
+	FS_COUNT(fs, unlinks, 1);
+out:
+	fs_inode_put(fs, ino); /* the last reference reclaims the data */
+	fs_kv_batch_destroy(b);
+	free(k);
+	return ret(fs, rc);
+}
+
+/* 0 if the directory with marker prefix dk ("...\0") has no entries. */
+static int dir_empty(struct fs_ctx *fs, const struct fs_key *dk)
+{
+	uint8_t hi[FS_KEY_MAX];
+	struct fs_kv_iter *it = NULL;
+	memcpy(hi, dk->b, dk->len);
+	hi[dk->len - 1] = 0x01;
+	int rc = fs_kv_iter_create(fs->kv, dk->b, dk->len, hi, dk->len, &it);
+	if (rc)
+		return rc;
+	rc = fs_kv_iter_seek(it, dk->b, dk->len);
+	if (rc == 0) {
+		size_t kl;
+		fs_kv_iter_key(it, &kl);
+		if (kl == dk->len) /* the marker itself */
+			rc = fs_kv_iter_next(it);
+	}
+	fs_kv_iter_destroy(it);
+	if (rc < 0)
+		return rc;
+	return rc == 0 ? -ENOTEMPTY : 0;
+}
+
+static int op_rmdir(const char *path)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_key *k = key_alloc(2);
+	struct fs_rec rec = FS_REC_INIT;
+	struct fs_kv_batch *b = NULL;
+	int rc;
+
+	if (!k)
+		return -ENOMEM;
+	rc = special(path) ? -EPERM : fs->opts.read_only ? -EROFS : fs_key_from_path(k, path);
+	if (rc)
+		goto out;
+	if (k->len == 1) {
+		rc = -EBUSY;
+		goto out;
+	}
+	b = fs_kv_batch_create(fs->kv);
+	if (!b) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	pthread_rwlock_rdlock(&fs->ns_lock);
+	rc = fs_lookup(fs, k, &rec, NULL);
+	if (!rc && !S_ISDIR(rec.mode))
+		rc = -ENOTDIR;
+	k[1] = k[0];
+	k[1].b[k[1].len++] = FS_SEP;
+	if (!rc)
+		rc = dir_empty(fs, &k[1]);
+	if (!rc)
+		rc = fs_kv_batch_delete(b, k[1].b, k[1].len);
+	if (!rc)
+		rc = fs_touch_parent(fs, b, k, NULL);
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	if (!rc) {
+		struct fs_inode *ino = fs_inode_find(fs, rec.ino);
+		if (ino) {
+			atomic_store(&ino->unlinked, true);
+			fs_inode_put(fs, ino);
+		}
+	}
+	pthread_rwlock_unlock(&fs->ns_lock);
+	FS_COUNT(fs, rmdirs, 1);
+out:
+	fs_kv_batch_destroy(b);
+	fs_rec_release(&rec);
+	free(k);
+	return ret(fs, rc);
+}
+
+/* Move every key of the subtree below from (markers included) under to. */
+static int move_subtree(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *from,
+			const struct fs_key *to, uint64_t *moved)
+{
+	uint8_t *lo = malloc(3 * (size_t)FS_KEY_MAX);
+	struct fs_kv_iter *it = NULL;
+	int rc;
+	if (!lo)
+		return -ENOMEM;
+	uint8_t *hi = lo + FS_KEY_MAX, *nk = hi + FS_KEY_MAX;
+	memcpy(lo, from->b, from->len);
+	lo[from->len] = FS_SEP;
+	memcpy(hi, from->b, from->len);
+	hi[from->len] = 0x01;
+	rc = fs_kv_iter_create(fs->kv, lo, from->len + 1, hi, from->len + 1, &it);
+	if (rc)
+		goto out;
+	for (rc = fs_kv_iter_seek(it, lo, from->len + 1); rc == 0; rc = fs_kv_iter_next(it)) {
+		size_t kl, vl;
+		const uint8_t *key = fs_kv_iter_key(it, &kl);
+		const void *v = fs_kv_iter_value(it, &vl);
+		size_t rest = kl - from->len;
+		if (to->len + rest > FS_KEY_MAX - 2) {
+			rc = -ENAMETOOLONG;
+			break;
+		}
+		memcpy(nk, to->b, to->len);
+		memcpy(nk + to->len, key + from->len, rest);
+		rc = fs_kv_batch_put(b, nk, to->len + rest, v, vl);
+		if (!rc)
+			rc = fs_kv_batch_delete(b, key, kl);
+		if (rc)
+			break;
+		(*moved)++;
+	}
+	if (rc > 0)
+		rc = 0;
+out:
+	fs_kv_iter_destroy(it);
+	free(lo);
+	return rc;
+}
+
+static int op_rename(const char *from, const char *to, unsigned int flags)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_key *k = key_alloc(2);
+	struct fs_rec rf = FS_REC_INIT, rt = FS_REC_INIT;
+	struct fs_kv_batch *b = NULL;
+	uint64_t reclaim_id = 0, moved = 0;
+	bool exists = false;
+	int rc;
+
+	if (!k)
+		return -ENOMEM;
+	if (flags & RENAME_EXCHANGE)
+		rc = -EINVAL; /* not supported: documented */
+	else if (flags & ~(unsigned)RENAME_NOREPLACE)
+		rc = -EINVAL;
+	else if (special(from) || special(to))
+		rc = -EPERM;
+	else if (fs->opts.read_only)
+		rc = -EROFS;
+	else
+		rc = fs_key_from_path(&k[0], from);
+	if (!rc)
+		rc = fs_key_from_path(&k[1], to);
+	if (rc)
+		goto out;
+	struct fs_key *kf = &k[0], *kt = &k[1];
+	if (kf->len == 1 || kt->len == 1) {
+		rc = -EBUSY;
+		goto out;
+	}
+	if (kf->len == kt->len && !memcmp(kf->b, kt->b, kf->len))
+		goto out; /* same name: nothing to do */
+	if (kt->len > kf->len && !memcmp(kt->b, kf->b, kf->len) && kt->b[kf->len] == FS_SEP) {
+		rc = -EINVAL; /* into its own subtree */
+		goto out;
+	}
+	b = fs_kv_batch_create(fs->kv);
+	if (!b) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	pthread_rwlock_wrlock(&fs->ns_lock);
+	rc = fs_lookup(fs, kf, &rf, NULL);
+	if (rc)
+		goto out_unlock;
+	rc = fs_lookup(fs, kt, &rt, NULL);
+	if (rc == 0)
+		exists = true;
+	else if (rc != -ENOENT)
+		goto out_unlock;
+	rc = 0;
+	bool fdir = S_ISDIR(rf.mode);
+	if (exists) {
+		bool tdir = S_ISDIR(rt.mode);
+		if (flags & RENAME_NOREPLACE)
+			rc = -EEXIST;
+		else if (fdir && !tdir)
+			rc = -ENOTDIR;
+		else if (!fdir && tdir)
+			rc = -EISDIR;
+		else if (tdir) {
+			struct fs_key *m = key_alloc(1);
+			if (!m) {
+				rc = -ENOMEM;
+				goto out_unlock;
+			}
+			*m = *kt;
+			m->b[m->len++] = FS_SEP;
+			rc = dir_empty(fs, m);
+			free(m);
+		}
+		if (rc)
+			goto out_unlock;
+	}
+	if (fdir) {
+		rc = move_subtree(fs, b, kf, kt, &moved);
+	} else {
+		rf.ctime = fs_now_ns();
+		rc = fs_batch_put_rec(b, kt->b, kt->len, &rf);
+		if (!rc)
+			rc = fs_kv_batch_delete(b, kf->b, kf->len);
+		moved = 1;
+	}
+	if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
+		rc = fs_batch_put_intent(b, rt.data_id, 0);
+		reclaim_id = rt.data_id;
+	}
+	if (!rc)
+		rc = fs_touch_parent(fs, b, kf, NULL);
+	if (!rc)
+		rc = fs_touch_parent(fs, b, kt, NULL);
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	if (!rc) {
+		if (exists) {
+			struct fs_inode *ino = fs_inode_find(fs, rt.ino);
+			if (ino) { /* replaced while open: its data goes at the last close */
+				atomic_store(&ino->unlinked, true);
+				reclaim_id = 0;
+				fs_inode_put(fs, ino);
+			}
+		}
+		fs_inode_rename_keys(fs, kf, kt);
+	}
+out_unlock:
+	pthread_rwlock_unlock(&fs->ns_lock);
+	if (!rc && reclaim_id)
+		fs_reclaim(fs, reclaim_id, 0);
+	FS_COUNT(fs, renames, 1);
+	FS_COUNT(fs, renamed_keys, moved);
+out:
+	fs_kv_batch_destroy(b);
+	fs_rec_release(&rf);
+	fs_rec_release(&rt);
+	free(k);
+	return ret(fs, rc);
+}
+
+/* Run fn on the inode of path (or of the open handle), then commit. */
+typedef int (*inode_fn)(struct fs_ctx *fs, struct fs_inode *ino, const void *arg);
+
+static int with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, const void *arg,
+		      bool commit)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_inode *ino = NULL;
+	bool own = false;
+	int rc = 0;
+	if (fi && fi->fh) {
+		ino = ((struct fs_fh *)(uintptr_t)fi->fh)->ino;
+		if (!ino)
+			return -EPERM;
+	} else {
+		if (special(path))
+			return special(path) == 3 ? -ENOENT : -EPERM;
+		rc = fs_inode_get(fs, path, &ino);
+		if (rc)
+			return ret(fs, rc);
+		own = true;
+		commit = true;
+	}
+	if (fs->opts.read_only)
+		rc = -EROFS;
+	pthread_mutex_lock(&ino->mu);
+	if (!rc)
+		rc = fn(fs, ino, arg);
+	if (!rc && commit)
+		rc = fs_inode_commit(fs, ino);
+	pthread_mutex_unlock(&ino->mu);
+	if (own)
+		fs_inode_put(fs, ino);
+	return ret(fs, rc);
+}
+
+static int do_chmod(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
+{
+	mode_t mode = *(const mode_t *)arg;
+	ino->rec.mode = (ino->rec.mode & S_IFMT) | (mode & 07777);
+	ino->rec.ctime = fs_now_ns();
+	ino->dirty = true;
+	return 0;
+}
+
+static int op_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+	return with_inode(path, fi, do_chmod, &mode, true);
+}
+
+static int do_chown(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
+{
+	const uint32_t *ug = arg;
+	if (ug[0] != (uint32_t)-1)
+		ino->rec.uid = ug[0];
+	if (ug[1] != (uint32_t)-1)
+		ino->rec.gid = ug[1];
+	ino->rec.ctime = fs_now_ns();
+	ino->dirty = true;
+	return 0;
+}
+
+static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi)
+{
+	uint32_t ug[2] = { uid, gid };
+	return with_inode(path, fi, do_chown, ug, true);
+}
+
+static int do_truncate(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
+{
+	return fs_inode_truncate(fs, ino, *(const uint64_t *)arg);
+}
+
+static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+{
+	if (size < 0)
+		return -EINVAL;
+	uint64_t s = (uint64_t)size;
+	/* through a handle: committed with the handle's data (close/fsync) */
+	return with_inode(path, fi, do_truncate, &s, false);
+}
+
+static int do_utimens(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
+{
+	const struct timespec *tv = arg;
+	int64_t now = fs_now_ns();
+	for (int i = 0; i < 2; i++) {
+		int64_t t;
+		if (tv[i].tv_nsec == UTIME_OMIT)
+			continue;
+		t = tv[i].tv_nsec == UTIME_NOW ? now :
+			(int64_t)tv[i].tv_sec * 1000000000 + tv[i].tv_nsec;
+		if (i == 0)
+			ino->rec.atime = t;
+		else
+			ino->rec.mtime = t;
+	}
+	ino->rec.ctime = now;
+	ino->dirty = true;
+	return 0;
+}
+
+static int op_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
+{
+	struct timespec now[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_NOW } };
+	return with_inode(path, fi, do_utimens, tv ? tv : now, true);
+}
+
+static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = calloc(1, sizeof(*fh));
+	if (!fh)
+		return -ENOMEM;
+	fh->ino = ino;
+	fi->fh = (uintptr_t)fh;
+	fi->keep_cache = 1;
+	return 0;
+}
+
+static int op_open(const char *path, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	int sp = special(path), rc;
+	if (sp == 3)
+		return -ENOENT;
+	if (sp == 1)
+		return -EISDIR;
+	if (sp == 2) {
+		if ((fi->flags & O_ACCMODE) != O_RDONLY)
+			return -EACCES;
+		struct fs_fh *fh = calloc(1, sizeof(*fh));
+		char *buf = malloc(STATS_CAP);
+		if (!fh || !buf) {
+			free(fh);
+			free(buf);
+			return -ENOMEM;
+		}
+		fh->stats = buf;
+		fh->stats_len = fs_stats_text(fs, buf, STATS_CAP);
+		fi->fh = (uintptr_t)fh;
+		fi->direct_io = 1;
+		return 0;
+	}
+	struct fs_inode *ino;
+	rc = fs_inode_get(fs, path, &ino);
+	if (rc)
+		return ret(fs, rc);
+	if (S_ISDIR(ino->rec.mode))
+		rc = -EISDIR;
+	else if (fs->opts.read_only && (fi->flags & O_ACCMODE) != O_RDONLY)
+		rc = -EROFS;
+	else if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		pthread_mutex_lock(&ino->mu);
+		if (ino->rec.size)
+			rc = fs_inode_truncate(fs, ino, 0);
+		pthread_mutex_unlock(&ino->mu);
+	}
+	if (!rc)
+		rc = open_common(fs, ino, fi);
+	if (rc)
+		fs_inode_put(fs, ino);
+	return ret(fs, rc);
+}
+
+static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_inode *ino = NULL;
+	FS_COUNT(fs, creates, 1);
+	int rc = make_node(fs, path, S_IFREG | (mode & 07777), 0, NULL, &ino);
+	if (!rc) {
+		rc = open_common(fs, ino, fi);
+		if (rc)
+			fs_inode_put(fs, ino);
+	}
+	return ret(fs, rc);
+}
+
+static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	if (off < 0)
+		return -EINVAL;
+	if (!fh->ino) {
+		if ((size_t)off >= fh->stats_len)
+			return 0;
+		size_t n = fh->stats_len - (size_t)off < size ? fh->stats_len - (size_t)off : size;
+		memcpy(buf, fh->stats + off, n);
+		return (int)n;
+	}
+	pthread_mutex_lock(&fh->ino->mu);
+	int rc = fs_inode_read(fs, fh->ino, buf, size, (uint64_t)off);
+	pthread_mutex_unlock(&fh->ino->mu);
+	return ret(fs, rc);
+}
+
+static int op_write(const char *path, const char *buf, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	if (!fh->ino)
+		return -EBADF;
+	if (off < 0)
+		return -EINVAL;
+	if (fs->opts.read_only)
+		return -EROFS;
+	pthread_mutex_lock(&fh->ino->mu);
+	int rc = fs_inode_write(fs, fh->ino, buf, size, (uint64_t)off);
+	pthread_mutex_unlock(&fh->ino->mu);
+	return ret(fs, rc);
+}
+
+static int commit_fh(struct fs_ctx *fs, struct fs_fh *fh, bool sync)
+{
+	if (!fh->ino)
+		return 0;
+	pthread_mutex_lock(&fh->ino->mu);
+	int rc = fs_inode_commit(fs, fh->ino);
+	pthread_mutex_unlock(&fh->ino->mu);
+	if (!rc && sync)
+		rc = fs_kv_sync(fs->kv);
+	return rc;
+}
+
+static int op_flush(const char *path, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	return ret(fs, commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, fs->opts.sync_on_close));
+}
+
+static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	return ret(fs, commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, true));
+}
+
+static int op_release(const char *path, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	int rc = commit_fh(fs, fh, false);
+	if (rc)
+		dkv_err("commit at close failed: %s (data of that file may be lost)",
+			dkv_strerror(rc));
+	if (fh->ino)
+		fs_inode_put(fs, fh->ino);
+	free(fh->stats);
+	free(fh);
+	return 0;
+}
+
+static int op_statfs(const char *path, struct statvfs *sv)
+{
+	struct fs_ctx *fs = FS();
+	uint64_t cap = 0, used = 0;
+	int rc = fs_kv_space(fs->kv, &cap, &used);
+	if (rc)
+		return ret(fs, rc);
+	memset(sv, 0, sizeof(*sv));
+	sv->f_bsize = 4096;
+	sv->f_frsize = 4096;
+	sv->f_blocks = cap / 4096;
+	sv->f_bfree = sv->f_bavail = (cap > used ? cap - used : 0) / 4096;
+	sv->f_files = sv->f_blocks;
+	sv->f_ffree = sv->f_favail = sv->f_bfree;
+	sv->f_namemax = FS_NAME_MAX;
+	return 0;
+}
+
+static int op_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	return ret(fs, fs_kv_sync(fs->kv));
+}
+
+/* ---- xattrs: user.* only, stored in the record ---- */
+
+static bool user_xattr(const char *name)
+{
+	return strncmp(name, "user.", 5) == 0;
+}
+
+/* The record of path, from its open inode when there is one. */
+static int read_rec(struct fs_ctx *fs, const char *path, struct fs_rec *rec)
+{
+	struct fs_key *k = key_alloc(1);
+	if (!k)
+		return -ENOMEM;
+	int rc = fs_key_from_path(k, path);
+	if (!rc)
+		rc = fs_lookup(fs, k, rec, NULL);
+	free(k);
+	if (rc)
+		return rc;
+	struct fs_inode *ino = fs_inode_find(fs, rec->ino);
+	if (ino) {
+		struct fs_rec copy;
+		pthread_mutex_lock(&ino->mu);
+		rc = fs_rec_copy(&copy, &ino->rec);
+		pthread_mutex_unlock(&ino->mu);
+		fs_inode_put(fs, ino);
+		if (!rc) {
+			fs_rec_release(rec);
+			*rec = copy;
+		}
+	}
+	return rc;
+}
+
+static int op_getxattr(const char *path, const char *name, char *value, size_t size)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_rec rec = FS_REC_INIT;
+	if (!user_xattr(name) || special(path))
+		return -ENODATA; /* answered without a lookup: the kernel asks often */
+	int rc = read_rec(fs, path, &rec);
+	if (!rc)
+		rc = fs_rec_xattr_get(&rec, name, value, size);
+	fs_rec_release(&rec);
+	return ret(fs, rc);
+}
+
+static int op_listxattr(const char *path, char *list, size_t size)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_rec rec = FS_REC_INIT;
+	if (special(path))
+		return 0;
+	int rc = read_rec(fs, path, &rec);
+	if (!rc)
+		rc = fs_rec_xattr_list(&rec, list, size);
+	fs_rec_release(&rec);
+	return ret(fs, rc);
+}
+
+struct xattr_arg {
+	const char *name;
+	const char *value;
+	size_t size;
+	int flags;
+	bool remove;
+};
+
+static int do_xattr(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
+{
+	const struct xattr_arg *a = arg;
+	int rc = a->remove ? fs_rec_xattr_remove(&ino->rec, a->name) :
+			     fs_rec_xattr_set(&ino->rec, a->name, a->value, a->size, a->flags);
+	if (!rc) {
+		ino->rec.ctime = fs_now_ns();
+		ino->dirty = true;
+	}
+	return rc;
+}
+
+static int op_setxattr(const char *path, const char *name, const char *value, size_t size,
+		       int flags)
+{
+	if (!user_xattr(name))
+		return -ENOTSUP;
+	struct xattr_arg a = { .name = name, .value = value, .size = size, .flags = flags };
+	return with_inode(path, NULL, do_xattr, &a, true);
+}
+
+static int op_removexattr(const char *path, const char *name)
+{
+	if (!user_xattr(name))
+		return -ENOTSUP;
+	struct xattr_arg a = { .name = name, .remove = true };
+	return with_inode(path, NULL, do_xattr, &a, true);
+}
+
+/* ---- directories ---- */
+
+static int op_opendir(const char *path, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_dirh *dh;
+	int sp = special(path);
+	if (sp == 2 || sp == 3)
+		return sp == 2 ? -ENOTDIR : -ENOENT;
+	dh = calloc(1, sizeof(*dh));
+	if (!dh)
+		return -ENOMEM;
+	pthread_mutex_init(&dh->mu, NULL);
+	if (sp == 1) {
+		dh->rc = 1; /* /.dkvfs lists "stats" only */
+		dh->dir.len = 0;
+	} else {
+		int rc = fs_key_from_path(&dh->dir, path);
+		if (rc) {
+			free(dh);
+			return ret(fs, rc);
+		}
+		dh->dir.b[dh->dir.len++] = FS_SEP;
+	}
+	fi->fh = (uintptr_t)dh;
+	return 0;
+}
+
+static int op_releasedir(const char *path, struct fuse_file_info *fi)
+{
+	struct fs_dirh *dh = (struct fs_dirh *)(uintptr_t)fi->fh;
+	fs_kv_iter_destroy(dh->it);
+	pthread_mutex_destroy(&dh->mu);
+	free(dh);
+	return 0;
+}
+
+/* Skip the subtree of the child name: seek to prefix name 0x01. */
+static int skip_child(struct fs_ctx *fs, struct fs_dirh *dh, const uint8_t *name, size_t nl)
+{
+	uint8_t k[FS_KEY_MAX];
+	memcpy(k, dh->dir.b, dh->dir.len);
+	memcpy(k + dh->dir.len, name, nl);
+	k[dh->dir.len + nl] = 0x01;
+	FS_COUNT(fs, readdir_seeks, 1);
+	return fs_kv_iter_seek(dh->it, k, dh->dir.len + nl + 1);
+}
+
+/* Produce the next entry of the listing into dh->name / dh->st.
+ * 0: an entry; >0: the end; <0: error. */
+static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
+{
+	size_t plen = dh->dir.len;
+	if (!dh->it && dh->rc == 0) {
+		uint8_t hi[FS_KEY_MAX];
+		memcpy(hi, dh->dir.b, plen);
+		hi[plen - 1] = 0x01;
+		int rc = fs_kv_iter_create(fs->kv, dh->dir.b, plen, hi, plen, &dh->it);
+		if (rc)
+			return rc;
+		dh->rc = fs_kv_iter_seek(dh->it, dh->dir.b, plen);
+	}
+	while (dh->rc == 0) {
+		size_t kl, vl, nl;
+		const uint8_t *key = fs_kv_iter_key(dh->it, &kl), *name;
+		int kind;
+		if (!fs_key_child(key, kl, plen, &name, &nl, &kind) || nl > FS_NAME_MAX) {
+			dh->rc = fs_kv_iter_next(dh->it);
+			continue;
+		}
+		memcpy(dh->name, name, nl);
+		dh->name[nl] = 0;
+		struct fs_rec rec = FS_REC_INIT;
+		int rc = 0;
+		if (kind == 0) {
+			const void *v = fs_kv_iter_value(dh->it, &vl);
+			rc = fs_rec_decode(v, vl, &rec);
+			dh->rc = fs_kv_iter_next(dh->it);
+			/* a directory of the same name shadows the file */
+			if (dh->rc == 0) {
+				const uint8_t *k2 = fs_kv_iter_key(dh->it, &kl), *n2;
+				size_t nl2;
+				int kind2;
+				if (fs_key_child(k2, kl, plen, &n2, &nl2, &kind2) && nl2 == nl &&
+				    !memcmp(n2, dh->name, nl) && kind2 != 0) {
+					fs_rec_release(&rec);
+					rc = 0;
+					kind = kind2;
+					key = k2;
+				}
+			}
+		}
+		if (kind == 1) {
+			const void *v = fs_kv_iter_value(dh->it, &vl);
+			rc = fs_rec_decode(v, vl, &rec);
+		} else if (kind == 2) {
+			fs_rec_implicit_dir(fs, key, plen + nl, &rec);
+		}
+		if (kind != 0)
+			dh->rc = skip_child(fs, dh, (const uint8_t *)dh->name, nl);
+		if (rc) {
+			dkv_err("corrupt record for entry '%s' in a listing: skipped", dh->name);
+			FS_COUNT(fs, errors, 1);
+			continue;
+		}
+		stat_of(fs, &rec, &dh->st);
+		fs_rec_release(&rec);
+		FS_COUNT(fs, readdir_entries, 1);
+		return 0;
+	}
+	return dh->rc;
+}
+
+static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
+		      struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+{
+	struct fs_ctx *fs = FS();
+	struct fs_dirh *dh = (struct fs_dirh *)(uintptr_t)fi->fh;
+	enum fuse_fill_dir_flags ff = (flags & FUSE_READDIR_PLUS) ? FUSE_FILL_DIR_PLUS : 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&dh->mu);
+	if (off != dh->pos) { /* seekdir/rewinddir: start over, skip off entries */
+		fs_kv_iter_destroy(dh->it);
+		dh->it = NULL;
+		dh->rc = dh->dir.len ? 0 : 1;
+		dh->pos = 0;
+		dh->has_pending = false;
+	}
+	if (dh->pos == 0) {
+		struct stat st = { .st_mode = S_IFDIR };
+		if (filler(buf, ".", &st, 1, 0))
+			goto out;
+		dh->pos = 1;
+	}
+	if (dh->pos == 1) {
+		struct stat st = { .st_mode = S_IFDIR };
+		if (filler(buf, "..", &st, 2, 0))
+			goto out;
+		dh->pos = 2;
+	}
+	if (!dh->dir.len) { /* /.dkvfs */
+		if (dh->pos == 2) {
+			struct stat st;
+			special_stat(2, &st);
+			if (filler(buf, "stats", &st, 3, ff))
+				goto out;
+			dh->pos = 3;
+		}
+		goto out;
+	}
+	while (dh->pos < off) { /* catching up after a restart */
+		rc = dir_next(fs, dh);
+		if (rc)
+			goto out;
+		dh->pos++;
+	}
+	for (;;) {
+		if (!dh->has_pending) {
+			rc = dir_next(fs, dh);
+			if (rc)
+				break;
+			dh->has_pending = true;
+		}
+		if (filler(buf, dh->name, &dh->st, dh->pos + 1, ff))
+			break;
+		dh->has_pending = false;
+		dh->pos++;
+	}
+out:
+	pthread_mutex_unlock(&dh->mu);
+	return rc < 0 ? ret(fs, rc) : 0;
+}
+
+static const struct fuse_operations fs_ops = {
+	.init = op_init,
+	.getattr = op_getattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.chmod = op_chmod,
+	.chown = op_chown,
+	.truncate = op_truncate,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.statfs = op_statfs,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.create = op_create,
+	.utimens = op_utimens,
+};
+
+const struct fuse_operations *fs_fuse_ops(void)
+{
+	return &fs_ops;
+}
