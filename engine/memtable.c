@@ -23,7 +23,7 @@
 #include "engine/eng_int.h"
 
 #define MT_MAX_HEIGHT 12
-#define MT_BLOCK (1u << 20)
+#define MT_BLOCK (256u << 10)
 
 struct mt_node {
 	uint32_t iklen, vlen;
@@ -70,10 +70,12 @@ static void *mt_alloc(struct eng_mem *m, size_t n)
 			b->next = m->blocks;
 			m->blocks = b;
 		}
-		atomic_fetch_add_explicit(&m->bytes, sizeof(*b) + cap, memory_order_relaxed);
 	}
 	p = b->data + b->used;
 	b->used += n;
+	/* Bytes handed out, not blocks: the switch decision must not jump by
+	 * a block at a time. */
+	atomic_fetch_add_explicit(&m->bytes, n, memory_order_relaxed);
 	return p;
 }
 

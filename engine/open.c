@@ -15,7 +15,8 @@
  *      appended to again (their torn tail stays cut);
  *   7. write a fresh manifest (snapshot) and switch the root to it;
  *   8. start the flush thread.
- * Steps 5, 7 and 8 are skipped for a read-only open.
+ * Steps 5, 7 and 8 are skipped for a read-only open; step 7 also when the
+ * node is full (the recovered manifest stays current).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -232,6 +233,14 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	if (!db->read_only) {
 		pthread_mutex_lock(&db->man_mu);
 		r = eng_manifest_create(db);
+		if (r == -ENOSPC && !fresh) {
+			/* A full node must not lock the volume out: keep
+			 * appending to the recovered manifest (its cut tail is
+			 * overwritten by the next record). */
+			dkv_warn("memory node full: volume %s opened on its old manifest",
+				 db->volume);
+			r = 0;
+		}
 		pthread_mutex_unlock(&db->man_mu);
 		if (r)
 			goto fail;

@@ -32,7 +32,7 @@
 #include "common/log.h"
 #include "engine/eng_int.h"
 
-#define WAL_SEG_MIN (1u << 20)
+#define WAL_SEG_MIN (64u << 10)
 #define WAL_SEG_MAX (16u << 20)
 
 void eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len)
@@ -65,7 +65,7 @@ int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_f
 
 static uint64_t seg_default_len(const struct eng_db *db)
 {
-	uint64_t l = db->o.memtable_size / 4;
+	uint64_t l = db->o.memtable_size / 2;
 
 	if (l < WAL_SEG_MIN)
 		l = WAL_SEG_MIN;
