@@ -129,8 +129,15 @@ static void *reader(void *arg)
 			for (r = eng_iter_first(it); r == 0; r = eng_iter_next(it)) {
 				size_t vl;
 				const char *v = eng_iter_value(it, &vl);
+				char num[16] = { 0 };
 
-				if (strtoul(v, NULL, 10) != expect) {
+				memcpy(num, v, vl < 15 ? vl : 15);
+				if (strtoul(num, NULL, 10) != expect) {
+					size_t ikl;
+					const char *ik = eng_iter_key(it, &ikl);
+
+					fprintf(stderr, "scan: at %.*s value %.*s, expected %u\n",
+						(int)ikl, ik, (int)vl, v, expect);
 					fail(sh, "reader: scan hole at %d (writer %d)", (int)expect,
 					     w);
 					break;
