@@ -45,6 +45,7 @@ struct fs_dirh {
 	bool has_pending;      /* an entry the kernel buffer had no room for */
 	char name[FS_NAME_MAX + 1];
 	struct stat st;
+	uint64_t ino;          /* the directory's own, for "." */
 	struct fs_key dir;     /* children prefix: directory key + separator */
 };
 
@@ -991,8 +992,16 @@ static int op_opendir(const char *path, struct fuse_file_info *fi)
 	if (sp == 1) {
 		dh->rc = 1; /* /.dkvfs lists "stats" only */
 		dh->dir.len = 0;
+		dh->ino = STATS_DIR_INO;
 	} else {
+		struct fs_rec rec = FS_REC_INIT;
 		int rc = fs_key_from_path(&dh->dir, path);
+		if (!rc)
+			rc = fs_lookup(fs, &dh->dir, &rec, NULL);
+		if (!rc && !S_ISDIR(rec.mode))
+			rc = -ENOTDIR;
+		dh->ino = rec.ino;
+		fs_rec_release(&rec);
 		if (rc) {
 			free(dh);
 			return ret(fs, rc);
@@ -1104,14 +1113,15 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 		dh->pos = 0;
 		dh->has_pending = false;
 	}
+	/* glibc's readdir skips entries whose d_ino is 0: give both a number */
 	if (dh->pos == 0) {
-		struct stat st = { .st_mode = S_IFDIR };
+		struct stat st = { .st_mode = S_IFDIR, .st_ino = dh->ino ? dh->ino : FS_ROOT_INO };
 		if (filler(buf, ".", &st, 1, 0))
 			goto out;
 		dh->pos = 1;
 	}
 	if (dh->pos == 1) {
-		struct stat st = { .st_mode = S_IFDIR };
+		struct stat st = { .st_mode = S_IFDIR, .st_ino = FS_ROOT_INO };
 		if (filler(buf, "..", &st, 2, 0))
 			goto out;
 		dh->pos = 2;

@@ -1,0 +1,57 @@
+/* mount/mnt.h — the dkvfs daemon: options, embedded memory node, life cycle.
+ *
+ *   dkvfs [-f] [-d] [-s] [-o OPTS] MOUNTPOINT
+ *   mount.dkvfs SOURCE MOUNTPOINT [-o OPTS]     (fstab / mount -t dkvfs)
+ *
+ * Life cycle of mnt_main:
+ *   parse options -> (not -f) fork: the parent waits for "ready" on a pipe
+ *   and exits 0/1 -> embedded mode: lock data_dir, start dkvfs-memnode
+ *   (child, own process group, dies with us) -> open the engine (retrying
+ *   while the node starts) -> fs_create -> fuse_new + fuse_mount -> tell the
+ *   parent -> multithreaded loop until unmount or SIGTERM/SIGINT/SIGHUP ->
+ *   unmount, commit, eng_close, stop the memory node -> exit 0.
+ */
+#ifndef DKV_MNT_H
+#define DKV_MNT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define DKVFS_VERSION "0.1.0"
+
+struct mnt_opts {
+	char *memnode;       /* HOST:PORT[+...] or unix:PATH; NULL: embedded */
+	char *volume;
+	char *token_file;
+	char *transport;     /* rdma|tcp|local|auto */
+	char *data_dir;      /* embedded: region file and socket live here */
+	char *memnode_size;  /* embedded node's region, e.g. "1G" */
+	char *memnode_bin;   /* path of dkvfs-memnode (default: next to us, then PATH) */
+	char *backend;       /* "engine" (default) or "mem" (tests: no persistence) */
+	char *compaction;    /* memnode|compute|off */
+	size_t memtable_size;
+	size_t slab_size;
+	int op_timeout_ms;
+	int max_dirty;       /* dirty 256 KiB chunks per open file */
+	double entry_timeout, attr_timeout;
+	int sync_on_close;
+	int no_implicit_dirs;
+	int read_only;       /* -o ro seen (also passed on to FUSE) */
+};
+
+/* Parse "1G" / "64M" / "4096" (K/M/G/T suffixes, powers of 1024).
+ * -EINVAL on garbage. */
+int mnt_parse_size(const char *s, size_t *out);
+/* Split a mount.dkvfs SOURCE: "dkvfs" (or "" / "none") -> embedded;
+ * "HOST:PORT[+HOST:PORT...][/VOLUME]" or "unix:PATH[//VOLUME]".  *memnode and
+ * *volume are malloc'ed (NULL when absent).  -EINVAL on a bad source. */
+int mnt_parse_source(const char *src, char **memnode, char **volume);
+/* Is an fstab-only option (defaults, noauto, user, _netdev, x-...)
+ * that must not reach FUSE? */
+bool mnt_fstab_only(const char *opt);
+
+/* The whole daemon; returns the process exit code. */
+int mnt_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,611 @@
+/* mount/mnt_daemon.c — the dkvfs daemon (see mnt.h for the life cycle).
+ *
+ * Embedded mode (no memnode= option): the volume lives in a memory node
+ * we start ourselves, dkvfs-memnode --listen unix:DATA_DIR/memnode.sock
+ * --backing DATA_DIR/region, so its contents survive unmount and remount.
+ * DATA_DIR/lock (flock) is held by the daemon and inherited by that node,
+ * so a second dkvfs on the same data_dir is refused at once while the first
+ * lives, and a remount after kill -9 waits for the orphaned node (which
+ * gets SIGTERM through PR_SET_PDEATHSIG) to save its region and exit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse.h>
+#include <fuse_lowlevel.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "engine/eng.h"
+#include "fs/fs.h"
+#include "fs/fs_kv.h"
+#include "mount/mnt.h"
+
+#define WAIT_STEP_MS 20
+#define NODE_START_MS 15000
+#define LOCK_WAIT_MS 15000
+
+struct mnt {
+	struct mnt_opts o;
+	char *mountpoint;
+	char data_dir[PATH_MAX];
+	char sock[PATH_MAX];
+	int lock_fd;
+	pid_t node;        /* embedded memory node, 0: none */
+	int ready_fd;      /* pipe to the waiting parent, -1: foreground */
+	eng_db *db;
+	struct fs_kv *kv;
+	struct fs_ctx *fs;
+	struct fuse *fuse;
+	char token[64];
+	size_t token_len;
+};
+
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_MEMTABLE, KEY_SLAB };
+
+#define OPT(t, f) { t, offsetof(struct mnt_opts, f), 1 }
+static const struct fuse_opt mnt_spec[] = {
+	OPT("memnode=%s", memnode),
+	OPT("volume=%s", volume),
+	OPT("token_file=%s", token_file),
+	OPT("transport=%s", transport),
+	OPT("data_dir=%s", data_dir),
+	OPT("memnode_size=%s", memnode_size),
+	OPT("memnode_bin=%s", memnode_bin),
+	OPT("backend=%s", backend),
+	OPT("compaction=%s", compaction),
+	OPT("op_timeout=%d", op_timeout_ms),
+	OPT("max_dirty=%d", max_dirty),
+	OPT("entry_timeout=%lf", entry_timeout),
+	OPT("attr_timeout=%lf", attr_timeout),
+	OPT("sync_on_close", sync_on_close),
+	OPT("no_implicit_dirs", no_implicit_dirs),
+	FUSE_OPT_KEY("memtable_size=", KEY_MEMTABLE),
+	FUSE_OPT_KEY("slab_size=", KEY_SLAB),
+	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [-f] [-d] [-s] [-o OPTION[,OPTION...]] MOUNTPOINT\n"
+	       "\n"
+	       "Mount a dkvfs volume: a filesystem over an LSM tree whose tables live in\n"
+	       "the memory of memory nodes.  Without memnode= it starts an embedded memory\n"
+	       "node backed by a file under data_dir, so the contents survive remounts.\n"
+	       "Unmount with `fusermount3 -u MOUNTPOINT` or `umount MOUNTPOINT`.\n"
+	       "\n"
+	       "dkvfs options:\n"
+	       "  -o memnode=HOST:PORT[+HOST:PORT...]  use these memory nodes (or unix:PATH)\n"
+	       "  -o volume=NAME           volume on the memory node (default \"default\")\n"
+	       "  -o token_file=FILE       first line is the volume's token\n"
+	       "  -o transport=KIND        rdma|tcp|local|auto (default auto)\n"
+	       "  -o data_dir=DIR          embedded node's home (default $XDG_DATA_HOME/dkvfs\n"
+	       "                           or ~/.local/share/dkvfs)\n"
+	       "  -o memnode_size=SIZE     embedded node's region (default 1G)\n"
+	       "  -o memnode_bin=PATH      dkvfs-memnode to run (default: beside dkvfs, then PATH)\n"
+	       "  -o memtable_size=SIZE    engine memtable size (default 16M)\n"
+	       "  -o slab_size=SIZE        engine slab size asked of the node (default engine's)\n"
+	       "  -o compaction=WHERE      memnode|compute|off (default memnode)\n"
+	       "  -o op_timeout=MS         memory node timeout before EIO (default 5000)\n"
+	       "  -o max_dirty=N           dirty 256 KiB chunks per open file (default 4)\n"
+	       "  -o entry_timeout=SEC     kernel name cache (default 1)\n"
+	       "  -o attr_timeout=SEC      kernel attribute cache (default 1)\n"
+	       "  -o sync_on_close         make close() as durable as fsync()\n"
+	       "  -o no_implicit_dirs      names without a directory marker are not directories\n"
+	       "  -o backend=mem           keep everything in this process (tests; not persistent)\n"
+	       "  -o ro                    read-only\n"
+	       "\n"
+	       "general options:\n"
+	       "  -f                       stay in the foreground\n"
+	       "  -d                       debug: foreground, log every request\n"
+	       "  -s                       single-threaded\n"
+	       "  -h, --help               this text (and FUSE's own options)\n"
+	       "  -V, --version            version\n"
+	       "\n", prog);
+}
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct mnt_opts *o = data;
+	size_t v;
+	switch (key) {
+	case KEY_HELP:
+		usage("dkvfs");
+		fuse_cmdline_help();
+		fuse_lib_help(outargs);
+		exit(0);
+	case KEY_VERSION:
+		printf("dkvfs %s (libfuse %s)\n", DKVFS_VERSION, fuse_pkgversion());
+		exit(0);
+	case KEY_RO:
+		o->read_only = 1;
+		return 1; /* keep: the kernel mounts read-only too */
+	case KEY_MEMTABLE:
+	case KEY_SLAB:
+		if (mnt_parse_size(strchr(arg, '=') + 1, &v)) {
+			fprintf(stderr, "dkvfs: bad size in '%s'\n", arg);
+			return -1;
+		}
+		if (key == KEY_MEMTABLE)
+			o->memtable_size = v;
+		else
+			o->slab_size = v;
+		return 0;
+	}
+	return 1;
+}
+
+/* Sleep ms milliseconds (polling loops of the daemon only). */
+static void nap(int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+	nanosleep(&ts, NULL);
+}
+
+static int mkdir_p(const char *path)
+{
+	char tmp[PATH_MAX];
+	if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, 0700) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int pick_data_dir(struct mnt *m)
+{
+	const char *x = getenv("XDG_DATA_HOME"), *h = getenv("HOME");
+	int n;
+	if (m->o.data_dir)
+		n = snprintf(m->data_dir, sizeof(m->data_dir), "%s", m->o.data_dir);
+	else if (x && *x)
+		n = snprintf(m->data_dir, sizeof(m->data_dir), "%s/dkvfs", x);
+	else if (h && *h)
+		n = snprintf(m->data_dir, sizeof(m->data_dir), "%s/.local/share/dkvfs", h);
+	else
+		n = snprintf(m->data_dir, sizeof(m->data_dir), "/var/lib/dkvfs");
+	if (n < 0 || n >= (int)sizeof(m->data_dir))
+		return -ENAMETOOLONG;
+	int rc = mkdir_p(m->data_dir);
+	if (rc) {
+		dkv_err("cannot create data_dir %s: %s", m->data_dir, strerror(-rc));
+		return rc;
+	}
+	if (!realpath(m->data_dir, m->sock))
+		return -errno;
+	snprintf(m->data_dir, sizeof(m->data_dir), "%s", m->sock);
+	n = snprintf(m->sock, sizeof(m->sock), "%s/memnode.sock", m->data_dir);
+	if (n >= 100) {
+		dkv_err("data_dir path too long for a unix socket (%s): pick a shorter data_dir",
+			m->data_dir);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+/* Take DATA_DIR/lock: refuse at once if a live dkvfs holds it, wait a while
+ * if only an exiting memory node from a killed daemon does. */
+static int lock_data_dir(struct mnt *m)
+{
+	char path[PATH_MAX + 8], buf[32];
+	snprintf(path, sizeof(path), "%s/lock", m->data_dir);
+	m->lock_fd = open(path, O_RDWR | O_CREAT, 0600); /* inherited by the node */
+	if (m->lock_fd < 0) {
+		dkv_err("cannot open %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	for (int waited = 0;; waited += WAIT_STEP_MS) {
+		if (flock(m->lock_fd, LOCK_EX | LOCK_NB) == 0)
+			break;
+		ssize_t n = pread(m->lock_fd, buf, sizeof(buf) - 1, 0);
+		pid_t pid = n > 0 ? (buf[n] = 0, (pid_t)atoi(buf)) : 0;
+		if (pid > 0 && kill(pid, 0) == 0) {
+			dkv_err("the volume in %s is already mounted (dkvfs pid %d); unmount it first",
+				m->data_dir, (int)pid);
+			return -DKV_E_LEASE;
+		}
+		if (waited >= LOCK_WAIT_MS) {
+			dkv_err("%s is still locked by an exiting memory node; try again", path);
+			return -EBUSY;
+		}
+		nap(WAIT_STEP_MS);
+	}
+	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	if (ftruncate(m->lock_fd, 0) || pwrite(m->lock_fd, buf, (size_t)n, 0) != n)
+		dkv_warn("cannot write the pid into %s/lock", m->data_dir);
+	return 0;
+}
+
+static void find_memnode_bin(struct mnt *m, char *out, size_t cap)
+{
+	if (m->o.memnode_bin) {
+		snprintf(out, cap, "%s", m->o.memnode_bin);
+		return;
+	}
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			if (snprintf(out, cap, "%s/dkvfs-memnode", self) < (int)cap &&
+			    access(out, X_OK) == 0)
+				return;
+		}
+	}
+	snprintf(out, cap, "dkvfs-memnode"); /* execvp searches PATH */
+}
+
+static int start_node(struct mnt *m)
+{
+	char bin[PATH_MAX], listen[PATH_MAX + 8], backing[PATH_MAX + 8], log[PATH_MAX + 16];
+	const char *size = m->o.memnode_size ? m->o.memnode_size : "1G";
+	size_t sz;
+	if (mnt_parse_size(size, &sz)) {
+		dkv_err("bad memnode_size '%s'", size);
+		return -EINVAL;
+	}
+	find_memnode_bin(m, bin, sizeof(bin));
+	snprintf(listen, sizeof(listen), "unix:%s", m->sock);
+	snprintf(backing, sizeof(backing), "%s/region", m->data_dir);
+	snprintf(log, sizeof(log), "%s/memnode.log", m->data_dir);
+	unlink(m->sock); /* stale: we hold the lock, nobody serves it */
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		/* own process group: a Ctrl-C for the daemon must not kill the node
+		 * before the daemon flushed into it; it dies with the daemon */
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(1);
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		char *argv[] = { "dkvfs-memnode", "--listen", listen, "--size", (char *)size,
+				 "--backing", backing, NULL };
+		execvp(bin, argv);
+		fprintf(stderr, "dkvfs: cannot run %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	m->node = pid;
+	return 0;
+}
+
+static bool node_alive(struct mnt *m)
+{
+	int st;
+	if (!m->node)
+		return true;
+	if (waitpid(m->node, &st, WNOHANG) == m->node) {
+		dkv_err("the embedded memory node exited (%s %d); see %s/memnode.log",
+			WIFEXITED(st) ? "status" : "signal",
+			WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), m->data_dir);
+		m->node = 0;
+		return false;
+	}
+	return true;
+}
+
+static void stop_node(struct mnt *m)
+{
+	if (!m->node)
+		return;
+	kill(m->node, SIGTERM);
+	for (int waited = 0; waited < 30000; waited += WAIT_STEP_MS) {
+		if (waitpid(m->node, NULL, WNOHANG) == m->node) {
+			m->node = 0;
+			return;
+		}
+		nap(WAIT_STEP_MS);
+	}
+	dkv_warn("the embedded memory node did not stop in 30 s: killing it");
+	kill(m->node, SIGKILL);
+	waitpid(m->node, NULL, 0);
+	m->node = 0;
+}
+
+static int read_token(struct mnt *m)
+{
+	if (!m->o.token_file)
+		return 0;
+	FILE *f = fopen(m->o.token_file, "r");
+	if (!f) {
+		dkv_err("cannot read token_file %s: %s", m->o.token_file, strerror(errno));
+		return -errno;
+	}
+	char line[256];
+	if (!fgets(line, sizeof(line), f))
+		line[0] = 0;
+	fclose(f);
+	line[strcspn(line, "\r\n")] = 0;
+	m->token_len = strlen(line);
+	if (m->token_len > sizeof(m->token) || m->token_len > 40) {
+		dkv_err("token in %s is longer than 40 bytes", m->o.token_file);
+		return -EINVAL;
+	}
+	memcpy(m->token, line, m->token_len);
+	return 0;
+}
+
+static int open_store(struct mnt *m)
+{
+	if (m->o.backend && !strcmp(m->o.backend, "mem")) {
+		size_t cap = 0;
+		if (m->o.memnode_size && mnt_parse_size(m->o.memnode_size, &cap))
+			return -EINVAL;
+		m->kv = fs_kv_mem_create(cap);
+		return m->kv ? 0 : -ENOMEM;
+	}
+	if (m->o.backend && strcmp(m->o.backend, "engine")) {
+		dkv_err("unknown backend '%s' (engine or mem)", m->o.backend);
+		return -EINVAL;
+	}
+	struct eng_options eo;
+	int rc = read_token(m);
+	if (rc)
+		return rc;
+	eng_options_init(&eo);
+	if (m->o.transport && net_kind_parse(m->o.transport, &eo.transport)) {
+		dkv_err("unknown transport '%s' (rdma, tcp, local or auto)", m->o.transport);
+		return -EINVAL;
+	}
+	if (m->o.compaction) {
+		if (!strcmp(m->o.compaction, "memnode"))
+			eo.compaction = ENG_COMPACTION_MEMNODE;
+		else if (!strcmp(m->o.compaction, "compute"))
+			eo.compaction = ENG_COMPACTION_COMPUTE;
+		else if (!strcmp(m->o.compaction, "off"))
+			eo.compaction = ENG_COMPACTION_OFF;
+		else {
+			dkv_err("unknown compaction '%s' (memnode, compute or off)", m->o.compaction);
+			return -EINVAL;
+		}
+	}
+	char addr[PATH_MAX + 8];
+	if (m->o.memnode) {
+		snprintf(addr, sizeof(addr), "%s", m->o.memnode);
+	} else {
+		rc = pick_data_dir(m);
+		if (!rc)
+			rc = lock_data_dir(m);
+		if (!rc)
+			rc = start_node(m);
+		if (rc)
+			return rc;
+		snprintf(addr, sizeof(addr), "unix:%s", m->sock);
+	}
+	eo.memnode = addr;
+	eo.volume = m->o.volume ? m->o.volume : "default";
+	eo.token = m->token_len ? m->token : NULL;
+	eo.token_len = m->token_len;
+	eo.read_only = m->o.read_only;
+	eo.memtable_size = m->o.memtable_size ? m->o.memtable_size : (16u << 20);
+	if (m->o.slab_size)
+		eo.slab_size = m->o.slab_size;
+	if (m->o.op_timeout_ms > 0)
+		eo.op_timeout_ms = m->o.op_timeout_ms;
+	for (int waited = 0;; waited += WAIT_STEP_MS) {
+		rc = eng_open(&eo, &m->db);
+		if (!rc)
+			break;
+		/* the embedded node may still be starting */
+		bool starting = m->node && (rc == -ECONNREFUSED || rc == -ENOENT || rc == -EIO ||
+					    rc == -ETIMEDOUT || rc == -ECONNRESET);
+		if (!starting || waited >= NODE_START_MS || !node_alive(m))
+			break;
+		nap(WAIT_STEP_MS);
+	}
+	if (rc == -DKV_E_LEASE)
+		dkv_err("volume '%s' is already mounted elsewhere (the memory node refuses a second writer)",
+			eo.volume);
+	else if (rc == -DKV_E_TOKEN)
+		dkv_err("the memory node refused the token for volume '%s'", eo.volume);
+	else if (rc)
+		dkv_err("cannot open volume '%s' on %s: %s", eo.volume, addr, dkv_strerror(rc));
+	if (rc)
+		return rc;
+	m->kv = fs_kv_eng_create(m->db);
+	return m->kv ? 0 : -ENOMEM;
+}
+
+static void tell_parent(struct mnt *m, char status)
+{
+	if (m->ready_fd < 0)
+		return;
+	if (write(m->ready_fd, &status, 1) != 1)
+		dkv_warn("cannot tell the waiting parent");
+	close(m->ready_fd);
+	m->ready_fd = -1;
+}
+
+/* Fork; the parent waits for the child's "ready" byte and exits with it. */
+static int daemonize(struct mnt *m)
+{
+	int p[2];
+	if (pipe(p))
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		char status = 1;
+		close(p[1]);
+		if (read(p[0], &status, 1) != 1)
+			status = 1;
+		_exit(status ? 1 : 0);
+	}
+	close(p[0]);
+	m->ready_fd = p[1];
+	setsid();
+	return 0;
+}
+
+static void quiet_stdio(void)
+{
+	int fd = open("/dev/null", O_RDWR);
+	if (fd < 0)
+		return;
+	dup2(fd, 0);
+	dup2(fd, 1);
+	dup2(fd, 2);
+	if (fd > 2)
+		close(fd);
+}
+
+static void cleanup(struct mnt *m, int *rc)
+{
+	int r;
+	if (m->fs) {
+		r = fs_destroy(m->fs);
+		if (r && !*rc) {
+			dkv_err("final commit failed: %s", dkv_strerror(r));
+			*rc = r;
+		}
+		m->fs = NULL;
+	}
+	fs_kv_destroy(m->kv);
+	m->kv = NULL;
+	if (m->db) {
+		r = eng_close(m->db);
+		if (r && !*rc) {
+			dkv_err("closing the volume failed: %s", dkv_strerror(r));
+			*rc = r;
+		}
+		m->db = NULL;
+	}
+	stop_node(m);
+	if (m->lock_fd >= 0)
+		close(m->lock_fd);
+	m->lock_fd = -1;
+}
+
+int mnt_main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts cmd = { 0 };
+	struct mnt *m = calloc(1, sizeof(*m));
+	int rc = 0;
+
+	dkv_log_set_prog("dkvfs");
+	if (!m)
+		return 1;
+	m->lock_fd = -1;
+	m->ready_fd = -1;
+	m->o.entry_timeout = m->o.attr_timeout = -1;
+	if (fuse_opt_parse(&args, &m->o, mnt_spec, opt_proc) == -1)
+		return 2;
+	if (fuse_parse_cmdline(&args, &cmd) != 0)
+		return 2;
+	if (cmd.show_help) {
+		usage(argv[0]);
+		fuse_cmdline_help();
+		fuse_lib_help(&args);
+		return 0;
+	}
+	if (cmd.show_version) {
+		printf("dkvfs %s (libfuse %s)\n", DKVFS_VERSION, fuse_pkgversion());
+		return 0;
+	}
+	if (!cmd.mountpoint) {
+		fprintf(stderr, "dkvfs: no mountpoint (see dkvfs --help)\n");
+		return 2;
+	}
+	m->mountpoint = cmd.mountpoint;
+	fuse_opt_add_arg(&args, "-odefault_permissions");
+	fuse_opt_add_arg(&args, "-ofsname=dkvfs");
+	fuse_opt_add_arg(&args, "-osubtype=dkvfs");
+
+	if (!cmd.foreground && (rc = daemonize(m)))
+		goto out;
+	rc = open_store(m);
+	if (rc)
+		goto out;
+	struct fs_opts fo;
+	fs_opts_init(&fo);
+	fo.read_only = m->o.read_only;
+	if (m->o.entry_timeout >= 0)
+		fo.entry_timeout = m->o.entry_timeout;
+	if (m->o.attr_timeout >= 0)
+		fo.attr_timeout = m->o.attr_timeout;
+	if (m->o.max_dirty > 0)
+		fo.max_dirty_chunks = (unsigned)m->o.max_dirty;
+	fo.sync_on_close = m->o.sync_on_close;
+	fo.implicit_dirs = !m->o.no_implicit_dirs;
+	rc = fs_create(m->kv, &fo, &m->fs);
+	if (rc) {
+		dkv_err("cannot open the filesystem: %s", dkv_strerror(rc));
+		goto out;
+	}
+	m->fuse = fuse_new(&args, fs_fuse_ops(), sizeof(struct fuse_operations), m->fs);
+	if (!m->fuse) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (fuse_mount(m->fuse, m->mountpoint) != 0) {
+		dkv_err("cannot mount on %s", m->mountpoint);
+		rc = -EIO;
+		goto out_destroy;
+	}
+	if (fuse_set_signal_handlers(fuse_get_session(m->fuse)) != 0) {
+		rc = -EIO;
+		goto out_unmount;
+	}
+	dkv_info("mounted on %s", m->mountpoint);
+	tell_parent(m, 0);
+	if (!cmd.foreground)
+		quiet_stdio();
+	if (cmd.singlethread) {
+		rc = fuse_loop(m->fuse);
+	} else {
+		struct fuse_loop_config lc = { .clone_fd = cmd.clone_fd,
+					       .max_idle_threads = cmd.max_idle_threads ?
+						       cmd.max_idle_threads : 10 };
+		rc = fuse_loop_mt(m->fuse, &lc);
+	}
+	if (rc > 0)
+		rc = 0; /* a signal ended the loop: a clean stop */
+	fuse_remove_signal_handlers(fuse_get_session(m->fuse));
+out_unmount:
+	fuse_unmount(m->fuse);
+out_destroy:
+	fuse_destroy(m->fuse);
+	m->fuse = NULL;
+out:
+	cleanup(m, &rc);
+	tell_parent(m, 1);
+	free(cmd.mountpoint);
+	fuse_opt_free_args(&args);
+	free(m);
+	return rc ? 1 : 0;
+}
