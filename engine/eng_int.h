@@ -94,6 +94,7 @@ struct eng_table {
 	struct sst_index *idx;  /* cached index + filter */
 	struct sst_meta meta;
 	atomic_bool obsolete;   /* removed from the current version: free at last unref */
+	atomic_bool logged;     /* damage already reported */
 	struct eng_db *db;
 };
 int eng_table_open(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,

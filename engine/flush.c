@@ -234,7 +234,7 @@ void *eng_flush_main(void *arg)
 {
 	struct eng_db *db = arg;
 	uint8_t *bufs[FLUSH_NBUF] = { 0 };
-	int r = 0;
+	int r = 0, last_err = 0;
 
 	pthread_setname_np(pthread_self(), "eng-flush");
 	for (int i = 0; i < FLUSH_NBUF; i++) {
@@ -277,8 +277,12 @@ void *eng_flush_main(void *arg)
 		pthread_mutex_unlock(&db->mu);
 
 		r = flush_mem(db, m, bufs);
-		if (r)
-			dkv_warn("flush failed: %s (will retry)", dkv_strerror(r));
+		if (r && r != last_err)
+			dkv_warn("flush failed: %s (retrying every %d ms)", dkv_strerror(r),
+				 FLUSH_RETRY_MS);
+		if (!r && last_err)
+			dkv_info("flush works again");
+		last_err = r;
 		eng_mem_unref(m);
 
 		pthread_mutex_lock(&db->mu);

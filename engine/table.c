@@ -67,9 +67,10 @@ static void table_source(struct eng_table *t, struct sst_source *src)
 	src->size = t->len;
 }
 
+/* One log line per damaged table (not one per lookup). */
 static void table_corrupt(struct eng_table *t, int r)
 {
-	if (r == -DKV_E_CORRUPT || r == -EBADMSG)
+	if ((r == -DKV_E_CORRUPT || r == -EBADMSG) && !atomic_exchange(&t->logged, true))
 		dkv_err("table %llu (offset %llu, %llu bytes): %s",
 			(unsigned long long)t->number, (unsigned long long)t->off,
 			(unsigned long long)t->len, dkv_strerror(r));

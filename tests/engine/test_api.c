@@ -1,0 +1,232 @@
+/* tests/engine/test_api.c — the API's edges: argument errors, the writer
+ * lease, read-only opens, large values, sync writes, stats, the tcp
+ * transport, and a damaged table (-DKV_E_CORRUPT, never a crash). */
+#include "common/err.h"
+#include "engine/eng_int.h"
+#include "tests/engine/eng_test.h"
+
+static void put_n(eng_db *db, unsigned from, unsigned n)
+{
+	for (unsigned i = from; i < from + n; i++) {
+		char k[32], v[300];
+
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+				     tval(v, sizeof(v), i, 100)), 0);
+	}
+}
+
+static void get_ok(eng_db *db, unsigned i)
+{
+	char k[32], v[300];
+	void *got;
+	size_t vl, el = tval(v, sizeof(v), i, 100);
+
+	cr_assert_eq(eng_get(db, NULL, k, tkey(k, sizeof(k), i), &got, &vl), 0, "key %u", i);
+	cr_assert(vl == el && !memcmp(got, v, vl), "key %u", i);
+	free(got);
+}
+
+Test(api, arguments_and_limits, .timeout = 30)
+{
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+	static char big[ENG_KEY_MAX + 1];
+	void *v;
+	size_t vl;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memnode = NULL;
+	cr_assert_eq(eng_open(&o, &db), -EINVAL);
+	topts(&o, &node);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	memset(big, 'x', sizeof(big));
+	cr_assert_eq(eng_put(db, NULL, big, sizeof(big), "v", 1), -ENAMETOOLONG);
+	cr_assert_eq(eng_put(db, NULL, big, ENG_KEY_MAX, "v", 1), 0);
+	cr_assert_eq(eng_put(db, NULL, "", 0, "v", 1), -EINVAL);
+	cr_assert_eq(eng_get(db, NULL, big, sizeof(big), &v, &vl), -ENAMETOOLONG);
+	cr_assert_eq(eng_get(db, NULL, "nope", 4, &v, &vl), -ENOENT);
+	cr_assert_eq(eng_delete(db, NULL, "nope", 4), 0);
+	cr_assert_eq(eng_put(db, NULL, "empty", 5, NULL, 0), 0);
+	cr_assert_eq(eng_get(db, NULL, "empty", 5, &v, &vl), 0);
+	cr_assert_eq(vl, 0);
+	free(v);
+	{
+		eng_batch *b = eng_batch_create();
+
+		cr_assert_eq(eng_write(db, NULL, b), 0); /* empty batch: nothing */
+		eng_batch_destroy(b);
+	}
+	cr_assert_eq(eng_get(db, NULL, big, ENG_KEY_MAX, &v, &vl), 0);
+	free(v);
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(eng_get(db, NULL, big, ENG_KEY_MAX, &v, &vl), 0);
+	cr_assert(vl == 1 && !memcmp(v, "v", 1));
+	free(v);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_close(NULL), 0);
+	tnode_stop(&node);
+}
+
+Test(api, lease_and_read_only, .timeout = 30)
+{
+	struct tnode node;
+	struct eng_options o, ro;
+	eng_db *db, *db2, *rdb;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	put_n(db, 0, 500);
+	cr_assert_eq(eng_flush(db), 0);
+	put_n(db, 500, 50); /* in the WAL only */
+	cr_assert_eq(eng_open(&o, &db2), -DKV_E_LEASE);
+	ro = o;
+	ro.read_only = true;
+	cr_assert_eq(eng_open(&ro, &rdb), 0);
+	for (unsigned i = 0; i < 550; i += 11)
+		get_ok(rdb, i);
+	cr_assert_eq(eng_put(rdb, NULL, "k", 1, "v", 1), -EROFS);
+	cr_assert_eq(eng_close(rdb), 0);
+	cr_assert_eq(eng_close(db), 0);
+	/* The lease went with the close. */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	get_ok(db, 549);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+Test(api, large_values_sync_and_stats, .timeout = 40)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_write_opts wo = { .sync = true };
+	struct eng_stats st;
+	eng_db *db;
+	uint8_t *big = malloc(ENG_VALUE_MAX);
+	void *v;
+	size_t vl;
+
+	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (size_t i = 0; i < ENG_VALUE_MAX; i++)
+		big[i] = (uint8_t)(i * 7 + i / 4096);
+	cr_assert_eq(eng_put(db, &wo, "big", 3, big, ENG_VALUE_MAX), 0);
+	cr_assert_eq(eng_put(db, NULL, "big2", 4, big, ENG_VALUE_MAX), -0);
+	cr_assert_eq(eng_put(db, NULL, "over", 4, big, (size_t)ENG_VALUE_MAX + 1), -EFBIG);
+	put_n(db, 0, 2000);
+	cr_assert_eq(eng_sync(db), 0);
+	cr_assert_eq(eng_get(db, NULL, "big", 3, &v, &vl), 0);
+	cr_assert(vl == ENG_VALUE_MAX && !memcmp(v, big, vl));
+	free(v);
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(eng_get(db, NULL, "big2", 4, &v, &vl), 0);
+	cr_assert(vl == ENG_VALUE_MAX && !memcmp(v, big, vl));
+	free(v);
+	for (unsigned i = 0; i < 2000; i += 3)
+		get_ok(db, i);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_geq(st.puts, 2002);
+	cr_assert_gt(st.wal_syncs, 0);
+	cr_assert_gt(st.wal_bytes, 2 * (uint64_t)ENG_VALUE_MAX);
+	cr_assert_gt(st.flushes, 0);
+	cr_assert_gt(st.tables, 0);
+	cr_assert_gt(st.index_cache_bytes, 0);
+	cr_assert_geq(st.index_cache_keys, 2002);
+	cr_assert_gt(st.node_capacity, 0);
+	cr_assert_gt(st.node_used, 0);
+	cr_assert_gt(st.net_bytes_sent, 0);
+	/* Point lookups in tables: about one READ per lookup. */
+	{
+		uint64_t r0 = st.lookup_remote_reads, g0 = st.gets;
+
+		for (unsigned i = 0; i < 2000; i++)
+			get_ok(db, i);
+		cr_assert_eq(eng_stats(db, &st), 0);
+		cr_assert_leq(st.lookup_remote_reads - r0, (st.gets - g0) * 11 / 10,
+			      "%llu reads for %llu lookups",
+			      (unsigned long long)(st.lookup_remote_reads - r0),
+			      (unsigned long long)(st.gets - g0));
+		fprintf(stderr, "index cache: %.2f bytes/key; lookup: %.2f READs, %.1f bytes\n",
+			(double)st.index_cache_bytes / (double)st.index_cache_keys,
+			(double)(st.lookup_remote_reads - r0) / (double)(st.gets - g0),
+			(double)st.lookup_remote_read_bytes / (double)st.lookup_remote_reads);
+	}
+	{
+		uint64_t cap, used;
+
+		cr_assert_eq(eng_space(db, &cap, &used), 0);
+		cr_assert(cap >= used && used > 0);
+	}
+	cr_assert_eq(eng_close(db), 0);
+	free(big);
+	tnode_stop(&node);
+}
+
+Test(api, tcp_transport, .timeout = 30)
+{
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.transport = NET_TCP;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	put_n(db, 0, 3000);
+	cr_assert_eq(eng_flush(db), 0);
+	for (unsigned i = 0; i < 3000; i += 7)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 3000; i += 7)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+Test(api, damaged_table_reports_corrupt, .timeout = 30)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_table *t;
+	eng_db *db;
+	eng_iter *it;
+	uint8_t junk[64];
+	void *v;
+	size_t vl;
+	int r, bad = 0;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 1u << 20;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	put_n(db, 0, 200);
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(db->current->nfiles[0], 1);
+	t = db->current->files[0][0];
+	/* Scribble over the data area (but not the tail the index came from). */
+	memset(junk, 0x5a, sizeof(junk));
+	for (uint64_t off = 0; off + sizeof(junk) < t->meta.data_len; off += 1024)
+		cr_assert_eq(mn_write(db->mc, t->off + off, junk, sizeof(junk)), 0);
+	for (unsigned i = 0; i < 200; i++) {
+		char k[32];
+
+		r = eng_get(db, NULL, k, tkey(k, sizeof(k), i), &v, &vl);
+		cr_assert(r == 0 || r == -DKV_E_CORRUPT, "key %u: %d", i, r);
+		if (r == 0)
+			free(v);
+		bad += r == -DKV_E_CORRUPT;
+	}
+	cr_assert_gt(bad, 0);
+	cr_assert_eq(eng_iter_create(db, NULL, NULL, 0, NULL, 0, &it), 0);
+	for (r = eng_iter_first(it); r == 0; r = eng_iter_next(it))
+		;
+	cr_assert(r == -DKV_E_CORRUPT || r == -EBADMSG, "scan over damage: %d", r);
+	cr_assert_eq(eng_iter_next(it), r, "errors are sticky");
+	eng_iter_destroy(it);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
