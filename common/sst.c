@@ -621,14 +621,32 @@ static int parse_meta(const uint8_t *p, size_t len, struct sst_meta *m)
 	return 0;
 }
 
+/* Length of the prefix every user key of the table shares (that of its
+ * smallest and largest user keys; 0 for an empty table). */
+static size_t table_common_prefix(const struct sst_meta *m)
+{
+	size_t sl, ll, cp = 0;
+
+	if (!m->smallest_len)
+		return 0;
+	sl = m->smallest_len - IKEY_TRAILER_LEN;
+	ll = m->largest_len - IKEY_TRAILER_LEN;
+	while (cp < sl && cp < ll && m->smallest[cp] == m->largest[cp])
+		cp++;
+	return cp;
+}
+
 /* Parse the index block body into idx's arrays; validates every length. */
 static int parse_index_block(struct sst_index *idx, const uint8_t *p, size_t len,
 			     uint64_t data_len)
 {
-	const uint8_t *q = p + SST_INDEX_HDR, *end = p + len;
-	size_t seps_len = 0, lens_len = 0;
+	const uint8_t *q = p + SST_INDEX_HDR, *end = p + len, *prev = NULL;
+	const uint8_t *pfx = idx->meta.smallest;
+	size_t seps_len = 0, lens_len = 0, prev_len = 0, cp;
 	uint64_t off = 0;
 	uint32_t r = 0;
+
+	idx->cp = cp = table_common_prefix(&idx->meta);
 
 	/* Every byte of the body is separator, fingerprint or length, so the
 	 * body's size bounds both byte arrays. */
@@ -650,12 +668,22 @@ static int parse_index_block(struct sst_index *idx, const uint8_t *p, size_t len
 			return -EBADMSG;
 		if ((ikey_trailer(q, sl) & 0xff) > IKEY_TYPE_MAX)
 			return -EBADMSG;
-		if (g > 0 && ikey_cmp(idx->seps + idx->gsep[g - 1], seps_len - idx->gsep[g - 1],
-				      q, sl) >= 0)
+		if (g > 0 && ikey_cmp(prev, prev_len, q, sl) >= 0)
 			return -EBADMSG; /* separators must increase */
+		/* Every separator but sep(0) lies between two keys of the table,
+		 * so it starts with their common prefix; it is kept without it.
+		 * sep(0) is kept as its trailer alone (its user key is empty). */
+		size_t skip = sl - IKEY_TRAILER_LEN;
+		if (g > 0) {
+			if (skip < cp || memcmp(q, pfx, cp))
+				return -EBADMSG;
+			skip = cp;
+		}
+		prev = q;
+		prev_len = sl;
 		idx->gsep[g] = (uint32_t)seps_len;
-		memcpy(idx->seps + seps_len, q, sl);
-		seps_len += sl;
+		memcpy(idx->seps + seps_len, q + skip, sl - skip);
+		seps_len += sl - skip;
 		q += sl;
 		idx->goff[g] = off;
 		idx->glens[g] = (uint32_t)lens_len;
@@ -697,6 +725,35 @@ static int parse_index_block(struct sst_index *idx, const uint8_t *p, size_t len
 	return 0;
 }
 
+/* The first 8 bytes of u as a big-endian number, zero-padded:
+ * head(a) < head(b) implies a < b and head(a) > head(b) implies a > b (a
+ * zero pad sorts like "ended here"); equal heads decide nothing. */
+static uint64_t key_head(const uint8_t *u, size_t ulen)
+{
+	uint64_t h = 0;
+
+	for (size_t i = 0; i < 8; i++)
+		h = (h << 8) | (i < ulen ? u[i] : 0);
+	return h;
+}
+
+static int build_heads(struct sst_index *idx)
+{
+	if (!idx->ngroups)
+		return 0;
+	idx->heads = malloc(idx->ngroups * sizeof(*idx->heads));
+	if (!idx->heads)
+		return -ENOMEM;
+	for (uint32_t g = 0; g < idx->ngroups; g++) {
+		const uint8_t *s = idx->seps + idx->gsep[g];
+		size_t ul = idx->gsep[g + 1] - idx->gsep[g] - IKEY_TRAILER_LEN;
+
+		idx->heads[g] = key_head(s, ul);
+	}
+	idx->mem_bytes += idx->ngroups * sizeof(*idx->heads);
+	return 0;
+}
+
 void sst_index_destroy(struct sst_index *idx)
 {
 	if (!idx)
@@ -709,6 +766,7 @@ void sst_index_destroy(struct sst_index *idx)
 	free(idx->lens);
 	free(idx->seps);
 	free(idx->filter);
+	free(idx->heads);
 	free(idx);
 }
 
@@ -761,6 +819,8 @@ int sst_index_parse(const void *tail, size_t tail_len, uint64_t table_size,
 	idx->meta.nrecords = ft.nrecords;
 	idx->mem_bytes += idx->meta.smallest_len + idx->meta.largest_len;
 	err = parse_index_block(idx, TAB(ft.index_off), ft.index_len, ft.data_len);
+	if (!err)
+		err = build_heads(idx);
 	if (err)
 		goto out_free;
 	err = -ENOMEM;
@@ -865,7 +925,8 @@ uint32_t sst_group_offsets(const struct sst_index *idx, uint32_t g, uint64_t *ro
 	return n;
 }
 
-/* Compare separator g with the internal key (ukey, trailer). */
+/* Compare separator g (g > 0) with the internal key (P ‖ ukey, trailer),
+ * P being the table's common prefix (both sides come without it). */
 static int sep_cmp(const struct sst_index *idx, uint32_t g, const void *ukey, size_t ulen,
 		   uint64_t trailer)
 {
@@ -884,12 +945,32 @@ static uint32_t find_group_ut(const struct sst_index *idx, const void *ukey, siz
 			      uint64_t trailer)
 {
 	uint32_t lo = 0, hi = idx->ngroups; /* answer in [lo, hi) */
+	const uint8_t *u = ukey;
+	size_t cp = idx->cp;
+	uint64_t th;
+	int c;
 
+	if (idx->ngroups <= 1)
+		return 0;
+	/* Separators g > 0 all start with the table's common prefix P: a
+	 * target outside P's range sorts before or after all of them. */
+	c = memcmp(u, idx->meta.smallest, ulen < cp ? ulen : cp);
+	if (c < 0 || (c == 0 && ulen < cp))
+		return 0;
+	if (c > 0)
+		return idx->ngroups - 1;
+	u += cp;
+	ulen -= cp;
+	th = key_head(u, ulen);
 	/* Invariant: sep(lo) <= target or lo == 0; sep(hi) > target or hi == n. */
 	while (hi - lo > 1) {
 		uint32_t mid = lo + (hi - lo) / 2;
 
-		if (sep_cmp(idx, mid, ukey, ulen, trailer) <= 0)
+		if (idx->heads[mid] != th)
+			c = idx->heads[mid] < th ? -1 : 1;
+		else
+			c = sep_cmp(idx, mid, u, ulen, trailer);
+		if (c <= 0)
 			lo = mid;
 		else
 			hi = mid;
@@ -903,13 +984,17 @@ uint32_t sst_find_group(const struct sst_index *idx, const void *t, size_t tlen)
 	return find_group_ut(idx, t, tlen - IKEY_TRAILER_LEN, ikey_trailer(t, tlen));
 }
 
-/* Does group g's separator have user key ukey? */
+/* Does group g's (g > 0) separator have user key ukey?  ukey is in the
+ * table's key range, so it starts with the common prefix. */
 static bool sep_has_ukey(const struct sst_index *idx, uint32_t g, const void *ukey, size_t ulen)
 {
 	const uint8_t *s = idx->seps + idx->gsep[g];
 	size_t sl = idx->gsep[g + 1] - idx->gsep[g];
 
-	return ukey_cmp(s, sl - IKEY_TRAILER_LEN, ukey, ulen) == 0;
+	if (ulen < idx->cp)
+		return false;
+	return ukey_cmp(s, sl - IKEY_TRAILER_LEN, (const uint8_t *)ukey + idx->cp,
+			ulen - idx->cp) == 0;
 }
 
 int sst_index_lookup(const struct sst_index *idx, const void *ukey, size_t ulen,

@@ -9,8 +9,15 @@
  *   fp[r]       16-bit fingerprint of record r's user key
  *   lens        record lengths as varints, back to back
  *   seps        separator internal keys, back to back: sep(0) is the empty
- *               user key; for g > 0, last(g-1) < sep(g) <= first(g)
+ *               user key; for g > 0, last(g-1) < sep(g) <= first(g), kept
+ *               WITHOUT the cp bytes every user key of the table starts with
+ *               (cp = common prefix of the smallest and largest user keys)
  *   filter      the bloom filter block
+ *   heads[g]    the first 8 bytes of stored sep(g)'s user key (after the
+ *               common prefix), big-endian, zero-padded:
+ *               binary searches compare these u64s first and touch the
+ *               separator bytes only when heads are equal (cache misses are
+ *               what a lookup in a large index costs)
  * All of it was bounds-checked by sst_index_parse: readers need no checks.
  */
 #ifndef DKV_SST_INT_H
@@ -28,6 +35,8 @@ struct sst_index {
 	uint8_t *lens;
 	uint8_t *seps;
 	uint8_t *filter;
+	uint64_t *heads;
+	size_t cp;
 	size_t filter_len;
 	size_t mem_bytes;
 };

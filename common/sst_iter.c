@@ -11,7 +11,7 @@
  *          win_off + win_len) of the table.  A miss refills the window with
  *          one read:  after next():  [off, off + readahead)
  *                     after prev():  [end - readahead, end) (end of the record)
- *                     after a seek:  the rest of the landing group only, so
+ *                     after a seek:  the landing group only, so
  *                                    a listing that seeks per directory reads
  *                                    a few records per seek, not 256 KiB;
  *          always clamped to the data area and never shorter than the
@@ -100,7 +100,8 @@ static int si_fetch(struct sst_iter *s, uint64_t off, size_t len, enum fill_mode
 			start = off;
 		break;
 	case FILL_SEEK:
-		start = off;
+		/* The whole group: a seek probes it by binary search. */
+		start = s->roff[0];
 		end = s->roff[s->gn];
 		break;
 	default:
@@ -205,7 +206,8 @@ static int si_prev(struct dkv_iter *it)
 static int si_seek(struct dkv_iter *it, const void *t, size_t tlen)
 {
 	struct sst_iter *s = to_sst(it);
-	int rc;
+	uint32_t lo = 0, hi;
+	int rc, loaded = -1;
 
 	if (tlen < IKEY_TRAILER_LEN)
 		return si_fail(s, -EINVAL);
@@ -214,13 +216,23 @@ static int si_seek(struct dkv_iter *it, const void *t, size_t tlen)
 	/* Everything before group g is < sep(g) <= t; everything from g+1 on
 	 * is >= sep(g+1) > t: the answer is in g or is g+1's first record. */
 	si_enter_group(s, sst_find_group(s->idx, t, tlen));
-	for (uint32_t i = 0; i < s->gn; i++) {
-		rc = si_load(s, i, FILL_SEEK);
+	/* Binary search of the group for its first record >= t; every probe
+	 * is a checked record, so damage is reported, never misread. */
+	hi = s->gn;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		rc = si_load(s, mid, FILL_SEEK);
 		if (rc)
 			return rc;
-		if (ikey_cmp(s->rec.ikey, s->rec.iklen, t, tlen) >= 0)
-			return 0;
+		loaded = (int)mid;
+		if (ikey_cmp(s->rec.ikey, s->rec.iklen, t, tlen) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
+	if (lo < s->gn)
+		return loaded == (int)lo ? 0 : si_load(s, lo, FILL_SEEK);
 	if (s->g + 1 >= s->idx->ngroups)
 		return si_end(s);
 	si_enter_group(s, s->g + 1);

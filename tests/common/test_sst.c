@@ -98,7 +98,7 @@ static void check_iter(const struct sstm_table *t, const struct sst_index *idx,
 
 	/* seeks: existing keys, other versions of existing user keys, random */
 	for (int k = 0; k < 300 && t->n; k++) {
-		uint8_t tk[80];
+		uint8_t tk[160];
 		size_t tl, want;
 		const struct sstm_rec *r = &t->r[sstm_rng(&s) % t->n];
 		size_t ul = r->iklen - IKEY_TRAILER_LEN;
@@ -269,7 +269,7 @@ static double absent_in_range_pass_rate(const struct sstm_table *t, const struct
 	uint64_t pass = 0, n = 0;
 
 	for (size_t i = 0; i + 1 < t->n; i++) {
-		uint8_t k[80];
+		uint8_t k[160];
 		size_t ul = t->r[i].iklen - IKEY_TRAILER_LEN;
 
 		memcpy(k, t->r[i].ik, ul);
@@ -399,6 +399,16 @@ Test(sst, hundred_thousand_records_versions, .timeout = 50)
 	struct sstm_gen g = { .seed = 4, .nukeys = 40000, .max_versions = 4, .del_pct = 10,
 			      .vmax = 64, .big_pct = 1, .big_max = 64 << 10, .family = 'a' };
 	full_check(&g, "100k-versions");
+}
+
+/* Every key shares a long prefix (a deep directory): the index's search
+ * heads start after the shared prefix. */
+Test(sst, long_common_prefix)
+{
+	struct sstm_gen g = { .seed = 13, .nukeys = 5000, .max_versions = 2, .del_pct = 10,
+			      .vmax = 50, .family = 'p',
+			      .prefix = "/home/user/projects/dkvfs/build/objects/x" };
+	full_check(&g, "5k-long-prefix");
 }
 
 /* One user key with many versions spanning several groups, among others. */

@@ -35,7 +35,7 @@ static int cmp_rec(const void *a, const void *b)
 }
 
 struct ukey {
-	char s[48];
+	char s[96];
 	size_t len;
 };
 
@@ -54,8 +54,8 @@ void sstm_gen(const struct sstm_gen *g, struct sstm_table *t)
 
 	for (size_t i = 0; i < g->nukeys; i++) {
 		struct ukey *u = &uk[i];
-		int l = snprintf(u->s, sizeof(u->s), "%c/d%02u/", g->family,
-				 (unsigned)(sstm_rng(&s) % 20));
+		int l = snprintf(u->s, sizeof(u->s), "%c%.48s/d%02u/", g->family,
+				 g->prefix ? g->prefix : "", (unsigned)(sstm_rng(&s) % 20));
 		size_t extra = 4 + sstm_rng(&s) % 17;
 
 		for (size_t j = 0; j < extra; j++)

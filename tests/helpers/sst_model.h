@@ -32,6 +32,7 @@ struct sstm_gen {
 	size_t big_max;
 	char family;        /* first byte of every user key ('a'..): families never overlap */
 	uint64_t seq_base;  /* sequence numbers start after this */
+	const char *prefix; /* NULL, or put after the family byte of every key */
 };
 
 uint64_t sstm_rng(uint64_t *s);
