@@ -853,12 +853,26 @@ static void src_free(const struct sst_source *src, void *p)
 		free(p);
 }
 
+/* One READ of the table's last tail_len bytes, then parse them. */
+static int load_tail(const struct sst_source *src, size_t tail_len, struct sst_index **out)
+{
+	uint8_t *buf = src_alloc(src, tail_len);
+	int err;
+
+	if (!buf)
+		return -ENOMEM;
+	err = src->read(src->ctx, src->size - tail_len, buf, tail_len);
+	if (!err)
+		err = sst_index_parse(buf, tail_len, src->size, out);
+	src_free(src, buf);
+	return err;
+}
+
 int sst_index_load(const struct sst_source *src, uint64_t data_len_hint,
 		   struct sst_index **out)
 {
 	struct sst_footer ft;
-	uint8_t *buf = NULL;
-	size_t tail_len;
+	uint8_t *buf;
 	int err;
 
 	if (!src || (!src->base == !src->read))
@@ -868,27 +882,21 @@ int sst_index_load(const struct sst_source *src, uint64_t data_len_hint,
 	if (src->size < SST_FOOTER_SIZE || src->size > SIZE_MAX)
 		return -EBADMSG;
 	if (data_len_hint && data_len_hint <= src->size - SST_FOOTER_SIZE) {
-		tail_len = src->size - data_len_hint;
-	} else {
-		buf = src_alloc(src, SST_FOOTER_SIZE);
-		if (!buf)
-			return -ENOMEM;
-		err = src->read(src->ctx, src->size - SST_FOOTER_SIZE, buf, SST_FOOTER_SIZE);
-		if (!err)
-			err = sst_footer_decode(buf, SST_FOOTER_SIZE, src->size, &ft);
-		src_free(src, buf);
-		if (err)
+		err = load_tail(src, src->size - data_len_hint, out);
+		/* A wrong hint reads too short a tail: ask the footer instead. */
+		if (err != -EBADMSG)
 			return err;
-		tail_len = src->size - ft.data_len;
 	}
-	buf = src_alloc(src, tail_len);
+	buf = src_alloc(src, SST_FOOTER_SIZE);
 	if (!buf)
 		return -ENOMEM;
-	err = src->read(src->ctx, src->size - tail_len, buf, tail_len);
+	err = src->read(src->ctx, src->size - SST_FOOTER_SIZE, buf, SST_FOOTER_SIZE);
 	if (!err)
-		err = sst_index_parse(buf, tail_len, src->size, out);
+		err = sst_footer_decode(buf, SST_FOOTER_SIZE, src->size, &ft);
 	src_free(src, buf);
-	return err;
+	if (err)
+		return err;
+	return load_tail(src, src->size - ft.data_len, out);
 }
 
 const struct sst_meta *sst_index_meta(const struct sst_index *idx)

@@ -56,6 +56,7 @@
 #define SST_GROUP_DEFAULT  16
 #define SST_GROUP_MAX      255
 #define SST_READAHEAD_DEFAULT (256u << 10)
+#define SST_READAHEAD_MIN  (16u << 10)   /* first sequential run after a positioning */
 /* Largest internal key / value a table accepts (ENG_KEY_MAX + trailer fits). */
 #define SST_IKEY_MAX       (64u << 10)
 #define SST_VALUE_MAX      (64u << 20)
@@ -194,8 +195,9 @@ struct sst_source {
 
 /* Load the index through a source: base → parse in place; read → one READ of
  * the footer and one of the rest of the tail (data_len_hint != 0, e.g. from
- * the manifest: one READ of the whole tail).  Errors as sst_index_parse plus
- * the read callback's. */
+ * the manifest: one READ of the whole tail; a hint that proves wrong falls
+ * back to reading the footer).  Errors as sst_index_parse plus the read
+ * callback's. */
 int sst_index_load(const struct sst_source *src, uint64_t data_len_hint,
 		   struct sst_index **out);
 
@@ -235,10 +237,11 @@ struct sst_iter_opts {
 
 /* Iterator (common/iter.h, internal-key order) over one table.  idx must be
  * the table's index and outlive the iterator; src is copied (its ctx must
- * outlive the iterator).  Remote sources are read in runs of `readahead`
- * bytes (a record larger than that gets one read of its own size; a seek
- * first reads only the records of the group it lands in, so sparse seeks
- * stay cheap, and sequential movement then reads full runs);
+ * outlive the iterator).  Remote sources are read in runs of up to
+ * `readahead` bytes: a seek reads only the records of the group it lands in
+ * (so sparse seeks, e.g. a directory listing, stay cheap); sequential
+ * movement then reads runs starting at SST_READAHEAD_MIN and doubling up to
+ * `readahead`; a record larger than the run gets one read of its own size;
  * local sources are parsed in place.  seek uses the separators to jump, prev
  * uses the record lengths from the index.  Every record is checksummed:
  * -DKV_E_CORRUPT / -EBADMSG become the iterator's sticky status, as do read

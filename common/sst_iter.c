@@ -9,13 +9,17 @@
  *   local  (base != NULL): records are decoded in place, nothing is copied;
  *   remote (read != NULL): records are served from a window [win_off,
  *          win_off + win_len) of the table.  A miss refills the window with
- *          one read:  after next():  [off, off + readahead)
- *                     after prev():  [end - readahead, end) (end of the record)
+ *          one read:  after next():  [off, off + run)
+ *                     after prev():  [end - run, end) (end of the record)
  *                     after a seek:  the landing group only, so
  *                                    a listing that seeks per directory reads
  *                                    a few records per seek, not 256 KiB;
  *          always clamped to the data area and never shorter than the
  *          record itself (a record larger than readahead gets its own read).
+ *          run starts at SST_READAHEAD_MIN after each positioning (seek,
+ *          first, last) and doubles with every refill up to readahead, so a
+ *          short listing reads kilobytes while a long scan soon moves
+ *          readahead bytes per READ (RocksDB's auto-readahead, in effect).
  * A window refill happens only in a movement, so key()/value() pointers stay
  * valid until the next movement, as iter.h promises.
  */
@@ -35,7 +39,8 @@ struct sst_iter {
 	struct dkv_iter it;        /* first: the public face */
 	const struct sst_index *idx;
 	struct sst_source src;
-	size_t readahead;
+	size_t readahead;          /* largest run */
+	size_t run;                /* next sequential refill size */
 	uint32_t g, gn, i;         /* current group, its record count, index in it */
 	uint64_t roff[SST_GROUP_MAX + 1];
 	struct sst_record rec;     /* current record (valid when it.valid) */
@@ -92,10 +97,16 @@ static int si_fetch(struct sst_iter *s, uint64_t off, size_t len, enum fill_mode
 		*out = s->win + (off - s->win_off);
 		return 0;
 	}
+	if (mode != FILL_SEEK) {
+		/* Sequential refill: ramp the run up. */
+		s->run = s->run ? s->run * 2 : SST_READAHEAD_MIN;
+		if (s->run > s->readahead)
+			s->run = s->readahead;
+	}
 	switch (mode) {
 	case FILL_PREV:
 		end = off + len;
-		start = end > s->readahead ? end - s->readahead : 0;
+		start = end > s->run ? end - s->run : 0;
 		if (start > off)
 			start = off;
 		break;
@@ -106,7 +117,7 @@ static int si_fetch(struct sst_iter *s, uint64_t off, size_t len, enum fill_mode
 		break;
 	default:
 		start = off;
-		end = off + s->readahead;
+		end = off + s->run;
 		break;
 	}
 	if (end < off + len)
@@ -115,7 +126,11 @@ static int si_fetch(struct sst_iter *s, uint64_t off, size_t len, enum fill_mode
 		end = data_len;
 	want = (size_t)(end - start);
 	if (want > s->win_cap) {
-		size_t cap = want > s->readahead ? want : s->readahead;
+		/* Powers of two from SST_READAHEAD_MIN: few reallocations. */
+		size_t cap = SST_READAHEAD_MIN;
+
+		while (cap < want)
+			cap *= 2;
 
 		si_win_free(s);
 		s->win = s->src.buf_alloc ? s->src.buf_alloc(s->src.ctx, cap) : malloc(cap);
@@ -163,6 +178,7 @@ static int si_first(struct dkv_iter *it)
 {
 	struct sst_iter *s = to_sst(it);
 
+	s->run = 0;
 	if (!s->idx->nrecords)
 		return si_end(s);
 	si_enter_group(s, 0);
@@ -173,6 +189,7 @@ static int si_last(struct dkv_iter *it)
 {
 	struct sst_iter *s = to_sst(it);
 
+	s->run = 0;
 	if (!s->idx->nrecords)
 		return si_end(s);
 	si_enter_group(s, s->idx->ngroups - 1);
@@ -209,6 +226,7 @@ static int si_seek(struct dkv_iter *it, const void *t, size_t tlen)
 	uint32_t lo = 0, hi;
 	int rc, loaded = -1;
 
+	s->run = 0;
 	if (tlen < IKEY_TRAILER_LEN)
 		return si_fail(s, -EINVAL);
 	if (!s->idx->nrecords)

@@ -740,6 +740,11 @@ Test(sst, truncated_tables)
 	sstm_built_release(&bt);
 }
 
+static size_t t_mid_plus(const struct sstm_built *bt, int k)
+{
+	return bt->t.n / 2 + 1 + (size_t)k;
+}
+
 Test(sst, remote_index_load_reads)
 {
 	struct sstm_gen g = { .seed = 11, .nukeys = 5000, .max_versions = 1, .vmax = 100,
@@ -761,6 +766,11 @@ Test(sst, remote_index_load_reads)
 	cr_assert_eq(sst_index_load(&rs, bt.meta.data_len, &idx), 0);
 	cr_assert_eq(r.reads, 1, "with the data length known: one READ");
 	cr_assert_eq(r.bytes, bt.tb.len - bt.meta.data_len);
+	sst_index_destroy(idx);
+	/* A wrong hint (too large: tail too short) costs the footer path. */
+	r.reads = 0;
+	cr_assert_eq(sst_index_load(&rs, bt.meta.data_len + 7, &idx), 0);
+	cr_assert_eq(r.reads, 3);
 
 	/* A scan with the default 256 KiB readahead reads ~data/256K times. */
 	struct dkv_iter *it;
@@ -771,7 +781,8 @@ Test(sst, remote_index_load_reads)
 	for (int rc = dkv_iter_first(it); rc == 0; rc = dkv_iter_next(it))
 		n++;
 	cr_assert_eq(n, bt.t.n);
-	cr_assert_leq(r.reads, bt.meta.data_len / SST_READAHEAD_DEFAULT + 2);
+	/* runs ramp up 16, 32, ..., 256 KiB: at most 4 reads more than flat */
+	cr_assert_leq(r.reads, bt.meta.data_len / SST_READAHEAD_DEFAULT + 2 + 4);
 	cr_assert_leq(r.bytes, bt.meta.data_len + (uint64_t)r.reads * 200);
 
 	/* A seek reads only the landing group; one more next stays inside it. */
@@ -782,6 +793,13 @@ Test(sst, remote_index_load_reads)
 	assert_item(it, &bt.t, bt.t.n / 2);
 	cr_assert_eq(r.reads, 1);
 	cr_assert_leq(r.bytes, 16 * (uint64_t)sst_record_size(40, 100));
+	/* A short listing after it: one small run, not 256 KiB. */
+	for (int k = 0; k < 20; k++) {
+		cr_assert_eq(dkv_iter_next(it), 0);
+		assert_item(it, &bt.t, t_mid_plus(&bt, k));
+	}
+	cr_assert_leq(r.reads, 2);
+	cr_assert_leq(r.bytes, 16 * (uint64_t)sst_record_size(40, 100) + SST_READAHEAD_MIN);
 
 	/* A read error becomes the sticky status. */
 	r.fail_at = r.reads + 1;
