@@ -71,6 +71,7 @@ typedef void (*mn_op_fn)(struct mn_server *s, struct mn_conn *mc, struct rpc_cal
 enum {
 	MN_OPF_VOLUME = 1,  /* needs an open volume */
 	MN_OPF_WRITER = 2,  /* needs the writer lease */
+	MN_OPF_INLINE = 4,  /* cheap: run on the connection's progress thread */
 };
 
 struct mn_op_desc {
@@ -84,6 +85,7 @@ extern const struct mn_op_desc mn_ops[MN_OP_MAX];
 
 /* The RPC handler: checks flags, dispatches through mn_ops. */
 void mn_dispatch(void *user, struct rpc_call *call);
+bool mn_op_is_inline(void *user, uint16_t op);
 
 /* Grant conn mc access to the run [off, off+len) of its volume if it has
  * no grant there yet; rkey/access out.  Caller holds s->lock. */

@@ -21,6 +21,7 @@
 #include "common/crc32c.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "memnode/mn_compact.h"
 
 static void reply_err(struct rpc_call *call, int rc)
 {
@@ -392,22 +393,32 @@ static void op_echo(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	free(rep);
 }
 
+#define V MN_OPF_VOLUME
+#define W MN_OPF_WRITER
+#define I MN_OPF_INLINE
 const struct mn_op_desc mn_ops[MN_OP_MAX] = {
-	[MN_OP_OPEN] = { "open", 0, op_open },
-	[MN_OP_ALLOC_SLAB] = { "alloc_slab", MN_OPF_VOLUME | MN_OPF_WRITER, op_alloc_slab },
-	[MN_OP_FREE_SLAB] = { "free_slab", MN_OPF_VOLUME | MN_OPF_WRITER, op_free_slab },
-	[MN_OP_LIST_EXTENTS] = { "list_extents", MN_OPF_VOLUME, op_list_extents },
-	[MN_OP_FREE_EXTENTS] = { "free_extents", MN_OPF_VOLUME | MN_OPF_WRITER,
-				 op_free_extents },
-	[MN_OP_ROOT_GET] = { "root_get", MN_OPF_VOLUME, op_root_get },
-	[MN_OP_ROOT_SET] = { "root_set", MN_OPF_VOLUME | MN_OPF_WRITER, op_root_set },
-	[MN_OP_SYNC] = { "sync", MN_OPF_VOLUME, op_sync },
-	[MN_OP_STATS] = { "stats", 0, op_stats },
-	[MN_OP_VOLUMES] = { "volumes", 0, op_volumes },
-	[MN_OP_CLOSE] = { "close", 0, op_close },
-	[MN_OP_ECHO] = { "echo", 0, op_echo },
-	/* [MN_OP_COMPACT]: near-data compaction goes here. */
+	[MN_OP_OPEN] = { "open", I, op_open },
+	[MN_OP_ALLOC_SLAB] = { "alloc_slab", V | W | I, op_alloc_slab },
+	[MN_OP_FREE_SLAB] = { "free_slab", V | W | I, op_free_slab },
+	[MN_OP_LIST_EXTENTS] = { "list_extents", V | I, op_list_extents },
+	[MN_OP_FREE_EXTENTS] = { "free_extents", V | W | I, op_free_extents },
+	[MN_OP_ROOT_GET] = { "root_get", V | I, op_root_get },
+	[MN_OP_ROOT_SET] = { "root_set", V | W | I, op_root_set },
+	[MN_OP_SYNC] = { "sync", V, op_sync }, /* msync of a large range: a worker */
+	[MN_OP_STATS] = { "stats", I, op_stats },
+	[MN_OP_VOLUMES] = { "volumes", I, op_volumes },
+	[MN_OP_CLOSE] = { "close", I, op_close },
+	[MN_OP_ECHO] = { "echo", I, op_echo },
+	[MN_OP_COMPACT] = { "compact", V | W, mn_op_compact }, /* memnode/mn_compact.c */
 };
+#undef V
+#undef W
+#undef I
+
+bool mn_op_is_inline(void *user, uint16_t op)
+{
+	return op < MN_OP_MAX && mn_ops[op].fn && (mn_ops[op].flags & MN_OPF_INLINE);
+}
 
 void mn_dispatch(void *user, struct rpc_call *call)
 {

@@ -214,6 +214,7 @@ static const struct rpc_server_ops mn_rpc_ops = {
 	.on_disconnect = srv_on_disconnect,
 	.on_free = srv_on_free,
 	.handle = mn_dispatch,
+	.is_inline = mn_op_is_inline,
 };
 
 /* ------------------------------------------------------------ life cycle */

@@ -31,6 +31,7 @@
 #include "net/rpc.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -51,7 +52,8 @@
 #define RPC_REPLY_BUF       (RPC_REPLY_HDR + RPC_REPLY_MAX)
 #define RPC_ENTS            (RPC_SLOTS + RPC_IO_SLOTS)
 #define RPC_POLL_MS         50
-#define RPC_SPIN_NS         30000
+#define RPC_SPIN_NS         60000
+#define RPC_SERVER_SPIN_NS  100000
 
 _Static_assert(RPC_ENTS < (1 << 16), "entry index fits 16 bits of wr_id");
 _Static_assert(RPC_SLOTS <= 256, "slot index fits 8 bits of the immediate");
@@ -209,6 +211,7 @@ struct rpc_chan {
 	atomic_bool stop;
 	atomic_bool dead;
 	atomic_int refs;
+	pthread_mutex_t poll_mu; /* one poller of conn at a time (net.h rule) */
 	pthread_mutex_t lock;   /* protects ent[] except the lock-free state peek */
 	pthread_cond_t free_cv; /* an entry became FREE */
 	uint64_t next_req_id;   /* under lock */
@@ -300,6 +303,8 @@ static void ent_finish(struct rpc_chan *ch, struct rpc_ent *e, int status)
 
 /* Wait for entry idx (generation gen) to be DONE; returns its status and
  * leaves it DONE (caller puts it), or -ETIMEDOUT having orphaned it. */
+static int chan_reap(struct rpc_chan *ch, bool try);
+
 static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout_ms)
 {
 	struct rpc_ent *e = &ch->ent[idx];
@@ -307,10 +312,13 @@ static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout
 	struct timespec dl;
 	int rc;
 
-	/* Spinning is cheaper than a cross-CPU wakeup for short round trips. */
+	/* Spinning is cheaper than a cross-CPU wakeup for short round trips;
+	 * while spinning, reap completions ourselves rather than wait for the
+	 * progress thread to wake up and hand them over. */
 	while (atomic_load_explicit(&e->state, memory_order_acquire) == ENT_BUSY &&
 	       now_ns() < spin_end)
-		sched_yield();
+		if (chan_reap(ch, true) <= 0)
+			sched_yield();
 
 	abs_deadline(&dl, timeout_ms > 0 ? timeout_ms : ch->timeout_ms);
 	pthread_mutex_lock(&ch->lock);
@@ -426,19 +434,49 @@ static void chan_on_wc(struct rpc_chan *ch, const struct net_wc *wc)
 	}
 }
 
+/* Poll the conn once (not waiting) and route what came, under poll_mu so
+ * completions are handled in the order the transport gave them.  try: give
+ * up at once if another thread polls.  Returns completions or -errno. */
+static int chan_reap(struct rpc_chan *ch, bool try)
+{
+	struct net_wc wc[32];
+	int n;
+
+	if (try) {
+		if (pthread_mutex_trylock(&ch->poll_mu))
+			return 0;
+	} else {
+		pthread_mutex_lock(&ch->poll_mu);
+	}
+	n = net_poll(ch->conn, wc, 32, 0);
+	if (n > 0) {
+		pthread_mutex_lock(&ch->lock);
+		for (int i = 0; i < n; i++)
+			chan_on_wc(ch, &wc[i]);
+		pthread_mutex_unlock(&ch->lock);
+	}
+	pthread_mutex_unlock(&ch->poll_mu);
+	return n;
+}
+
 static void *chan_thread(void *arg)
 {
 	struct rpc_chan *ch = arg;
-	struct net_wc wc[32];
+	int fd = net_conn_fd(ch->conn);
 
 	pthread_setname_np(pthread_self(), "rpc-chan");
 	while (!atomic_load(&ch->stop)) {
-		int n = net_poll(ch->conn, wc, 32, RPC_POLL_MS);
-		if (n > 0) {
-			pthread_mutex_lock(&ch->lock);
-			for (int i = 0; i < n; i++)
-				chan_on_wc(ch, &wc[i]);
-			pthread_mutex_unlock(&ch->lock);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int n;
+
+		/* Block on the completion fd without holding poll_mu, so
+		 * spinning waiters can reap for themselves meanwhile. */
+		if (fd >= 0)
+			poll(&p, 1, RPC_POLL_MS);
+		n = chan_reap(ch, false);
+		if (fd < 0 && n == 0) {
+			struct timespec ts = { 0, 200000L };
+			nanosleep(&ts, NULL);
 		}
 		if ((n < 0 || !net_conn_ok(ch->conn)) && !atomic_load(&ch->dead)) {
 			atomic_store(&ch->dead, true);
@@ -447,9 +485,9 @@ static void *chan_thread(void *arg)
 			pthread_cond_broadcast(&ch->free_cv);
 			pthread_mutex_unlock(&ch->lock);
 		}
-		if (n < 0 && n != -EINTR && n != -ETIMEDOUT) {
-			/* Nothing more will come; don't spin on a dead conn. */
-			struct timespec ts = { 0, RPC_POLL_MS * 1000000L };
+		if ((n < 0 && n != -EINTR && n != -ETIMEDOUT) || atomic_load(&ch->dead)) {
+			/* Nothing more will come but flushes; don't spin on a dead conn. */
+			struct timespec ts = { 0, 10 * 1000000L };
 			nanosleep(&ts, NULL);
 		}
 	}
@@ -469,6 +507,7 @@ static void chan_free(struct rpc_chan *ch)
 	for (int i = 0; i < RPC_ENTS; i++)
 		pthread_cond_destroy(&ch->ent[i].cv);
 	pthread_cond_destroy(&ch->free_cv);
+	pthread_mutex_destroy(&ch->poll_mu);
 	pthread_mutex_destroy(&ch->lock);
 	free(ch);
 }
@@ -486,6 +525,7 @@ int rpc_chan_create(struct net_domain *d, struct net_conn *conn, int timeout_ms,
 	ch->timeout_ms = timeout_ms > 0 ? timeout_ms : RPC_DEFAULT_TIMEOUT;
 	atomic_init(&ch->refs, 1);
 	pthread_mutex_init(&ch->lock, NULL);
+	pthread_mutex_init(&ch->poll_mu, NULL);
 	cond_init_mono(&ch->free_cv);
 	for (int i = 0; i < RPC_ENTS; i++)
 		cond_init_mono(&ch->ent[i].cv);
@@ -770,6 +810,10 @@ static void call_enqueue(struct rpc_call *c)
 {
 	struct rpc_server *s = c->sc->srv;
 
+	if (s->ops.is_inline && s->ops.is_inline(s->user, c->h.op)) {
+		s->ops.handle(s->user, c);
+		return;
+	}
 	c->next = NULL;
 	pthread_mutex_lock(&s->lock);
 	if (s->q_tail)
@@ -904,13 +948,22 @@ static void *sconn_thread(void *arg)
 	struct net_stats st;
 	int n;
 
+	uint64_t busy_until = 0;
+
 	pthread_setname_np(pthread_self(), "rpc-conn");
 	while (!atomic_load(&sc->closing) && !atomic_load(&s->stopping)) {
-		n = net_poll(sc->conn, wc, 32, RPC_POLL_MS);
+		/* Right after a request, keep looking without blocking for a
+		 * while: clients often send the next one at once. */
+		bool hot = now_ns() < busy_until;
+		n = net_poll(sc->conn, wc, 32, hot ? 0 : RPC_POLL_MS);
 		for (int i = 0; i < n; i++)
 			srv_on_wc(sc, &wc[i]);
 		if (n < 0 || !net_conn_ok(sc->conn))
 			break;
+		if (n > 0)
+			busy_until = now_ns() + RPC_SERVER_SPIN_NS;
+		else if (hot)
+			sched_yield();
 	}
 	atomic_store(&sc->closing, true);
 	if (s->ops.on_disconnect)

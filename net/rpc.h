@@ -120,6 +120,10 @@ struct rpc_server_ops {
 	/* Serve one request on a worker thread; must (eventually) call
 	 * rpc_reply exactly once, from any thread. */
 	void (*handle)(void *user, struct rpc_call *call);
+	/* Optional: true if op is cheap and never blocks long (no waiting on
+	 * other requests): it is then handled on the connection's progress
+	 * thread, saving a thread hop (~100 us on small VMs). */
+	bool (*is_inline)(void *user, uint16_t op);
 };
 
 struct rpc_server_opts {

@@ -399,7 +399,8 @@ Test(client, latency_4k_read_figures)
 		int calls = 0;
 		size_t rl;
 		while (mt_now_ms() - t0 < 300) {
-			cr_assert_eq(mn_root_get(c, b, 4096, &rl), 0);
+			int rrc = mn_root_get(c, b, 4096, &rl);
+			cr_assert_eq(rrc, 0, "root_get: %s", dkv_strerror(rrc));
 			calls++;
 		}
 		printf("FIGURE mn_read_4k transport=%s p50_us=%.1f p99_us=%.1f rpc_root_get_per_s=%d\n",
