@@ -54,9 +54,6 @@ struct bench_opts {
 	bool histogram;             /* print the latency histogram to stderr */
 };
 
-/* Parse "123", "4K", "64M", "1G" (binary units).  0 or -EINVAL. */
-int bench_parse_size(const char *s, uint64_t *out);
-
 /* ---- time ---- */
 static inline uint64_t bench_now_ns(void)
 {
