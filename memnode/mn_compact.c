@@ -1,0 +1,784 @@
+/* memnode/mn_compact.c — the compaction merge (shared with the engine's
+ * compute mode) and the memory node's near-data compaction executor.
+ *
+ * Merge: see mn_compact.h for the rules.  One pass over the merged input
+ * stream, a builder per output table writing into a growable local buffer;
+ * the finished table goes to the caller's table_done (the node copies it
+ * into a node extent it allocates, the engine writes it into a slab).
+ *
+ * Executor life of one MN_OP_COMPACT request:
+ *
+ *   mn_op_compact (RPC worker)   parse + check inputs against the volume's
+ *        |                       runs, start the job thread, return
+ *        v
+ *   job_main ("mn-compact")      load each input's index in place, pick split
+ *        |                       keys, start parts 1..n-1 on their own
+ *        |                       threads, run part 0 itself, join
+ *        v
+ *   part_main                    merge [split i, split i+1) -> node extents
+ *        |
+ *        v
+ *   job_finish                   error/cancel: free every output; else sync
+ *                                (file-backed) and reply with the outputs
+ *
+ * Nothing here touches server state after rpc_reply: the server's stop waits
+ * for every call to reply, so the region and s stay valid until then.
+ */
+#include "memnode/mn_compact.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/coding.h"
+#include "common/err.h"
+#include "common/ikey.h"
+#include "common/log.h"
+#include "memnode/mn_int.h"
+
+/* ---------------------------------------------------------------- merge */
+
+size_t mn_merge_stripe(const uint64_t *snaps, size_t nsnaps, uint64_t seq)
+{
+	size_t lo = 0, hi = nsnaps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (snaps[mid] >= seq)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+struct obuf {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+static int obuf_emit(void *ctx, const void *p, size_t n)
+{
+	struct obuf *b = ctx;
+
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : (1u << 20);
+		uint8_t *q;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		q = realloc(b->p, cap);
+		if (!q)
+			return -ENOMEM;
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+struct merger {
+	const struct mn_merge_opts *o;
+	struct mn_merge_stats *st;
+	struct sst_builder *b;
+	struct obuf out;
+};
+
+static int merger_open(struct merger *m)
+{
+	struct sst_builder_opts bo = { 0 };
+
+	bo.emit = obuf_emit;
+	bo.emit_ctx = &m->out;
+	bo.bits_per_key = m->o->bits_per_key;
+	m->out.len = 0;
+	return sst_builder_create(&bo, &m->b);
+}
+
+static int merger_close(struct merger *m)
+{
+	struct sst_meta meta = { 0 };
+	struct sst_index *idx = NULL;
+	int r;
+
+	r = sst_builder_finish(m->b, &meta, m->o->want_index ? &idx : NULL);
+	sst_builder_destroy(m->b);
+	m->b = NULL;
+	if (r)
+		return r;
+	r = m->o->table_done(m->o->ctx, m->out.p, m->out.len, &meta, &idx);
+	if (!r) {
+		m->st->tables_out++;
+		m->st->bytes_out += m->out.len;
+	}
+	sst_index_destroy(idx);
+	sst_meta_release(&meta);
+	m->out.len = 0;
+	return r;
+}
+
+int mn_merge_run(struct dkv_iter *in, const struct mn_merge_opts *o, struct mn_merge_stats *st)
+{
+	struct mn_merge_stats dummy = { 0 };
+	struct merger m = { o, st ? st : &dummy, NULL, { 0 } };
+	uint64_t target = o->target_table_bytes ? o->target_table_bytes : (32ull << 20);
+	uint8_t *cur = NULL, *seek = NULL;
+	size_t cur_len = 0, cur_cap = 0, prev_stripe = 0;
+	bool have_cur = false;
+	uint64_t n = 0;
+	int r;
+
+	if (!in || !o->table_done)
+		return -EINVAL;
+	if (o->lo) {
+		seek = malloc(o->lo_len + IKEY_TRAILER_LEN);
+		if (!seek)
+			return -ENOMEM;
+		ikey_encode(seek, o->lo, o->lo_len, IKEY_SEQ_MAX, IKEY_TYPE_SEEK);
+		r = dkv_iter_seek(in, seek, o->lo_len + IKEY_TRAILER_LEN);
+		free(seek);
+	} else {
+		r = dkv_iter_first(in);
+	}
+	for (; r == 0; r = dkv_iter_next(in)) {
+		struct ikey_parsed pk;
+		size_t kl, vl, stripe;
+		const void *k = dkv_iter_key(in, &kl), *v;
+		bool new_key;
+
+		r = ikey_parse(k, kl, &pk);
+		if (r)
+			break;
+		if (o->hi && ukey_cmp(pk.ukey, pk.ulen, o->hi, o->hi_len) >= 0)
+			break;
+		if ((++n & 255) == 0 && o->cancelled && o->cancelled(o->ctx)) {
+			r = -ECANCELED;
+			break;
+		}
+		m.st->records_in++;
+		new_key = !have_cur || ukey_cmp(pk.ukey, pk.ulen, cur, cur_len) != 0;
+		stripe = mn_merge_stripe(o->snaps, o->nsnaps, pk.seq);
+		if (!new_key && stripe == prev_stripe) {
+			m.st->shadowed_dropped++;
+			continue;
+		}
+		if (new_key) {
+			if (pk.ulen > cur_cap) {
+				size_t c = pk.ulen < 64 ? 64 : pk.ulen * 2;
+				uint8_t *q = realloc(cur, c);
+
+				if (!q) {
+					r = -ENOMEM;
+					break;
+				}
+				cur = q;
+				cur_cap = c;
+			}
+			if (pk.ulen)
+				memcpy(cur, pk.ukey, pk.ulen);
+			cur_len = pk.ulen;
+			have_cur = true;
+			/* Cut only between user keys. */
+			if (m.b && sst_builder_estimate(m.b) >= target) {
+				r = merger_close(&m);
+				if (r)
+					break;
+			}
+		}
+		prev_stripe = stripe;
+		if (pk.type == IKEY_DELETION && o->bottommost && stripe == 0) {
+			m.st->tombstones_dropped++;
+			continue;
+		}
+		if (!m.b) {
+			r = merger_open(&m);
+			if (r)
+				break;
+		}
+		v = dkv_iter_value(in, &vl);
+		r = sst_builder_add(m.b, k, kl, v, vl);
+		if (r)
+			break;
+		m.st->records_out++;
+	}
+	if (r > 0)
+		r = 0;
+	if (!r && m.b)
+		r = merger_close(&m);
+	sst_builder_destroy(m.b);
+	free(m.out.p);
+	free(cur);
+	return r;
+}
+
+/* ---------------------------------------------------------------- executor */
+
+struct cin {
+	uint64_t off, len, data_len;
+	uint32_t level;
+	struct sst_index *idx;
+};
+
+struct cout {
+	uint64_t off, len, data_len, nrecords;
+	uint32_t part, seq;
+};
+
+struct job;
+
+struct part {
+	struct job *j;
+	int no;
+	uint8_t *lo, *hi; /* owned; NULL = the job's bound */
+	size_t lo_len, hi_len;
+	uint32_t nout;
+	struct mn_merge_stats st;
+	int err;
+	pthread_t th;
+	bool started;
+};
+
+struct job {
+	struct mn_server *s;
+	struct mn_conn *mc;
+	struct rpc_call *call;
+	int vol;
+	uint16_t flags;
+	int bits;
+	uint64_t target;
+	struct cin *in;
+	uint32_t nin;
+	uint64_t *snaps;
+	size_t nsnaps;
+	uint8_t *lo, *hi;
+	size_t lo_len, hi_len;
+	bool has_lo, has_hi;
+	struct part parts[MN_COMPACT_THREADS];
+	int nparts;
+
+	pthread_mutex_t mu;      /* outs, err */
+	struct cout *outs;
+	size_t nouts, outs_cap;
+	atomic_int err;          /* first error of any part: stops the others */
+	uint64_t t0;
+};
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	for (uint32_t i = 0; j->in && i < j->nin; i++)
+		sst_index_destroy(j->in[i].idx);
+	for (int i = 0; i < MN_COMPACT_THREADS; i++) {
+		free(j->parts[i].lo);
+		free(j->parts[i].hi);
+	}
+	pthread_mutex_destroy(&j->mu);
+	free(j->in);
+	free(j->snaps);
+	free(j->lo);
+	free(j->hi);
+	free(j->outs);
+	free(j);
+}
+
+/* The client went away, the server stops, or another part failed. */
+static bool job_cancelled(void *ctx)
+{
+	struct part *p = ctx;
+	struct job *j = p->j;
+	bool gone;
+
+	if (atomic_load(&j->err))
+		return true;
+	pthread_mutex_lock(&j->s->lock);
+	gone = j->mc->gone || j->mc->vol != j->vol || j->s->stopped;
+	pthread_mutex_unlock(&j->s->lock);
+	return gone;
+}
+
+/* Room for one more output.  Caller holds j->mu. */
+static int outs_reserve(struct job *j)
+{
+	struct cout *q;
+	size_t c;
+
+	if (j->nouts < j->outs_cap)
+		return 0;
+	c = j->outs_cap ? j->outs_cap * 2 : 16;
+	q = realloc(j->outs, c * sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	j->outs = q;
+	j->outs_cap = c;
+	return 0;
+}
+
+/* Copy one finished table into a node extent of the volume. */
+static int part_table_done(void *ctx, const uint8_t *p, size_t len, const struct sst_meta *meta,
+			   struct sst_index **idx)
+{
+	struct part *pt = ctx;
+	struct job *j = pt->j;
+	struct mn_server *s = j->s;
+	uint64_t off = 0, alen = 0;
+	int r;
+
+	(void)idx;
+	pthread_mutex_lock(&s->lock);
+	r = mn_alloc(&s->rg, j->vol, MN_KIND_NODE, len, &off, &alen);
+	pthread_mutex_unlock(&s->lock);
+	if (r)
+		return r;
+	memcpy(s->rg.base + off, p, len);
+	pthread_mutex_lock(&j->mu);
+	r = outs_reserve(j);
+	if (!r)
+		j->outs[j->nouts++] = (struct cout){ off, len, meta->data_len, meta->nrecords,
+						     (uint32_t)pt->no, pt->nout++ };
+	pthread_mutex_unlock(&j->mu);
+	if (r) {
+		pthread_mutex_lock(&s->lock);
+		mn_free(&s->rg, j->vol, MN_KIND_NODE, off);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return r;
+}
+
+static int part_run(struct part *pt)
+{
+	struct job *j = pt->j;
+	struct dkv_iter **ch = calloc(j->nin ? j->nin : 1, sizeof(*ch));
+	struct dkv_iter *mi = NULL;
+	struct mn_merge_opts mo = { 0 };
+	int r = 0;
+
+	if (!ch)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < j->nin && !r; i++) {
+		struct sst_source src = { 0 };
+
+		src.base = j->s->rg.base + j->in[i].off;
+		src.size = j->in[i].len;
+		r = sst_iter_create(j->in[i].idx, &src, NULL, &ch[i]);
+	}
+	if (r) {
+		for (uint32_t i = 0; i < j->nin; i++)
+			dkv_iter_destroy(ch[i]);
+		free(ch);
+		return r;
+	}
+	r = dkv_merge_iter_create(ch, (int)j->nin, NULL, &mi);
+	free(ch);
+	if (r)
+		return r;
+	mo.snaps = j->snaps;
+	mo.nsnaps = j->nsnaps;
+	mo.bottommost = j->flags & MN_COMPACT_BOTTOM;
+	mo.target_table_bytes = j->target;
+	mo.bits_per_key = j->bits;
+	mo.lo = pt->lo ? pt->lo : j->has_lo ? j->lo : NULL;
+	mo.lo_len = pt->lo ? pt->lo_len : j->lo_len;
+	mo.hi = pt->hi ? pt->hi : j->has_hi ? j->hi : NULL;
+	mo.hi_len = pt->hi ? pt->hi_len : j->hi_len;
+	mo.cancelled = job_cancelled;
+	mo.table_done = part_table_done;
+	mo.ctx = pt;
+	r = mn_merge_run(mi, &mo, &pt->st);
+	dkv_iter_destroy(mi);
+	return r;
+}
+
+static void *part_main(void *arg)
+{
+	struct part *pt = arg;
+	int zero = 0;
+
+	pthread_setname_np(pthread_self(), "mn-compact");
+	pt->err = part_run(pt);
+	if (pt->err)
+		atomic_compare_exchange_strong(&pt->j->err, &zero, pt->err);
+	return NULL;
+}
+
+/* A sampled split candidate: a user key and the input bytes it stands for. */
+struct sample {
+	uint8_t *k;
+	size_t len;
+	uint64_t w;
+};
+
+static int cmp_sample(const void *a, const void *b)
+{
+	const struct sample *x = a, *y = b;
+
+	return ukey_cmp(x->k, x->len, y->k, y->len);
+}
+
+static bool in_range(const struct job *j, const void *k, size_t kl)
+{
+	if (j->has_lo && ukey_cmp(k, kl, j->lo, j->lo_len) <= 0)
+		return false;
+	if (j->has_hi && ukey_cmp(k, kl, j->hi, j->hi_len) >= 0)
+		return false;
+	return true;
+}
+
+/* Choose up to nparts-1 split keys: one pass over the inputs keeps a user
+ * key every len/32 bytes of each table (weighted by the bytes it stands
+ * for); the split keys are the weighted quantiles.  Small jobs run whole. */
+static int job_split(struct job *j, int want)
+{
+	struct sample *sm = NULL;
+	size_t ns = 0, cap = 0;
+	uint64_t total = 0, acc = 0;
+	int r = 0, np = 1;
+
+	j->nparts = 1;
+	j->parts[0].j = j;
+	for (uint32_t i = 0; i < j->nin; i++)
+		total += j->in[i].len;
+	if (want <= 1 || total < (8u << 20))
+		return 0;
+	for (uint32_t i = 0; i < j->nin && !r; i++) {
+		struct sst_source src = { 0 };
+		struct dkv_iter *it = NULL;
+		uint64_t step = j->in[i].len / 32 + 1, pos = 0, next = step / 2;
+
+		src.base = j->s->rg.base + j->in[i].off;
+		src.size = j->in[i].len;
+		r = sst_iter_create(j->in[i].idx, &src, NULL, &it);
+		if (r)
+			break;
+		for (r = dkv_iter_first(it); r == 0; r = dkv_iter_next(it)) {
+			size_t kl, vl;
+			const uint8_t *k = dkv_iter_key(it, &kl);
+
+			dkv_iter_value(it, &vl);
+			pos += kl + vl;
+			if (pos < next)
+				continue;
+			next += step;
+			if (!in_range(j, k, kl - IKEY_TRAILER_LEN))
+				continue;
+			if (ns == cap) {
+				size_t c = cap ? cap * 2 : 128;
+				struct sample *q = realloc(sm, c * sizeof(*q));
+
+				if (!q) {
+					r = -ENOMEM;
+					break;
+				}
+				sm = q;
+				cap = c;
+			}
+			sm[ns].len = kl - IKEY_TRAILER_LEN;
+			sm[ns].k = malloc(sm[ns].len ? sm[ns].len : 1);
+			if (!sm[ns].k) {
+				r = -ENOMEM;
+				break;
+			}
+			memcpy(sm[ns].k, k, sm[ns].len);
+			sm[ns].w = step;
+			ns++;
+		}
+		if (r > 0)
+			r = 0;
+		dkv_iter_destroy(it);
+	}
+	if (r || ns < (size_t)want)
+		goto out;
+	qsort(sm, ns, sizeof(*sm), cmp_sample);
+	total = 0;
+	for (size_t i = 0; i < ns; i++)
+		total += sm[i].w;
+	for (size_t i = 0; i < ns && np < want; i++) {
+		struct part *prev = &j->parts[np - 1];
+
+		acc += sm[i].w;
+		if (acc * (uint64_t)want < total * (uint64_t)np)
+			continue;
+		/* Strictly increasing split keys only. */
+		if (prev->lo && ukey_cmp(sm[i].k, sm[i].len, prev->lo, prev->lo_len) <= 0)
+			continue;
+		j->parts[np].j = j;
+		j->parts[np].no = np;
+		j->parts[np].lo = sm[i].k;
+		j->parts[np].lo_len = sm[i].len;
+		sm[i].k = NULL;
+		np++;
+	}
+	/* Part i ends where part i+1 begins. */
+	for (int i = 0; i + 1 < np; i++) {
+		j->parts[i].hi = malloc(j->parts[i + 1].lo_len ? j->parts[i + 1].lo_len : 1);
+		if (!j->parts[i].hi) {
+			r = -ENOMEM;
+			goto out;
+		}
+		memcpy(j->parts[i].hi, j->parts[i + 1].lo, j->parts[i + 1].lo_len);
+		j->parts[i].hi_len = j->parts[i + 1].lo_len;
+	}
+	j->nparts = np;
+out:
+	for (size_t i = 0; i < ns; i++)
+		free(sm[i].k);
+	free(sm);
+	return r;
+}
+
+static int cmp_out(const void *a, const void *b)
+{
+	const struct cout *x = a, *y = b;
+
+	if (x->part != y->part)
+		return x->part < y->part ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void job_finish(struct job *j, int r)
+{
+	struct mn_server *s = j->s;
+	struct mn_merge_stats st = { 0 };
+	uint8_t *rep = NULL;
+	size_t rl = 0;
+	uint64_t in_bytes = 0;
+
+	for (int i = 0; i < j->nparts; i++) {
+		st.records_in += j->parts[i].st.records_in;
+		st.records_out += j->parts[i].st.records_out;
+		st.bytes_out += j->parts[i].st.bytes_out;
+	}
+	for (uint32_t i = 0; i < j->nin; i++)
+		in_bytes += j->in[i].len;
+	if (!r && j->nouts > (RPC_REPLY_MAX - MN_COMPACT_REP_HDR) / MN_COMPACT_OUT_WIRE)
+		r = -E2BIG;
+	if (!r && job_cancelled(&j->parts[0]))
+		r = -ECANCELED;
+	if (!r) {
+		rl = MN_COMPACT_REP_HDR + j->nouts * MN_COMPACT_OUT_WIRE;
+		rep = calloc(1, rl);
+		if (!rep)
+			r = -ENOMEM;
+	}
+	if (!r && s->rg.file_backed) {
+		/* Outputs must be durable before the client's manifest names them. */
+		for (size_t i = 0; i < j->nouts && !r; i++)
+			r = mn_region_sync(&s->rg, j->outs[i].off, j->outs[i].len);
+		if (!r) {
+			pthread_mutex_lock(&s->lock);
+			r = mn_region_sync(&s->rg, MN_MAP_OFF, MN_HDR_SIZE - MN_MAP_OFF);
+			pthread_mutex_unlock(&s->lock);
+		}
+	}
+	if (r) {
+		pthread_mutex_lock(&s->lock);
+		for (size_t i = 0; i < j->nouts; i++)
+			mn_free(&s->rg, j->vol, MN_KIND_NODE, j->outs[i].off);
+		pthread_mutex_unlock(&s->lock);
+		if (r != -ECANCELED)
+			dkv_warn("compaction of %u tables failed: %s", j->nin, dkv_strerror(r));
+		else
+			dkv_info("compaction of %u tables cancelled; outputs freed", j->nin);
+		rpc_reply(j->call, r, NULL, 0);
+		job_free(j);
+		return;
+	}
+	qsort(j->outs, j->nouts, sizeof(*j->outs), cmp_out);
+	put_u32(rep, (uint32_t)j->nouts);
+	put_u64(rep + 8, in_bytes);
+	put_u64(rep + 16, st.bytes_out);
+	put_u64(rep + 24, st.records_in);
+	put_u64(rep + 32, st.records_out);
+	put_u64(rep + 40, mono_us() - j->t0);
+	for (size_t i = 0; i < j->nouts; i++) {
+		uint8_t *e = rep + MN_COMPACT_REP_HDR + i * MN_COMPACT_OUT_WIRE;
+
+		put_u64(e, j->outs[i].off);
+		put_u64(e + 8, j->outs[i].len);
+		put_u64(e + 16, j->outs[i].data_len);
+		put_u64(e + 24, j->outs[i].nrecords);
+	}
+	atomic_fetch_add(&s->compactions, 1);
+	atomic_fetch_add(&s->compaction_bytes_read, in_bytes);
+	atomic_fetch_add(&s->compaction_bytes_written, st.bytes_out);
+	dkv_debug("compaction: %u tables (%llu bytes) -> %zu tables (%llu bytes) in %d parts",
+		  j->nin, (unsigned long long)in_bytes, j->nouts,
+		  (unsigned long long)st.bytes_out, j->nparts);
+	rpc_reply(j->call, 0, rep, rl);
+	free(rep);
+	job_free(j);
+}
+
+static int job_load(struct job *j)
+{
+	for (uint32_t i = 0; i < j->nin; i++) {
+		struct sst_source src = { 0 };
+		int r;
+
+		src.base = j->s->rg.base + j->in[i].off;
+		src.size = j->in[i].len;
+		r = sst_index_load(&src, j->in[i].data_len, &j->in[i].idx);
+		if (r) {
+			dkv_warn("compaction input at %llu (%llu bytes): %s",
+				 (unsigned long long)j->in[i].off,
+				 (unsigned long long)j->in[i].len, dkv_strerror(r));
+			return r;
+		}
+	}
+	return 0;
+}
+
+static void *job_main(void *arg)
+{
+	struct job *j = arg;
+	int r;
+
+	pthread_setname_np(pthread_self(), "mn-compact");
+	r = job_load(j);
+	if (!r)
+		r = job_split(j, MN_COMPACT_THREADS);
+	for (int i = 1; !r && i < j->nparts; i++) {
+		if (pthread_create(&j->parts[i].th, NULL, part_main, &j->parts[i]) == 0)
+			j->parts[i].started = true;
+		else
+			part_main(&j->parts[i]); /* no thread: run it here */
+	}
+	if (!r) {
+		part_main(&j->parts[0]);
+		for (int i = 1; i < j->nparts; i++)
+			if (j->parts[i].started)
+				pthread_join(j->parts[i].th, NULL);
+		r = atomic_load(&j->err);
+	}
+	job_finish(j, r);
+	return NULL;
+}
+
+/* Every page of [off, off+len) must belong to volume v (any kind). */
+static bool range_owned(const struct mn_region *rg, int v, uint64_t off, uint64_t len)
+{
+	uint64_t first, last;
+
+	if (off < MN_HDR_SIZE || len == 0 || off > rg->size || len > rg->size - off)
+		return false;
+	first = off / MN_PAGE_SIZE;
+	last = (off + len - 1) / MN_PAGE_SIZE;
+	for (uint64_t p = first; p <= last; p++)
+		if (rg->owner[p] != rg->vols[v].id || rg->kind[p] == MN_KIND_FREE)
+			return false;
+	return true;
+}
+
+static int job_parse(struct job *j, const uint8_t *req, size_t len, const uint8_t *arg,
+		     size_t alen)
+{
+	uint32_t nin, nsn, lol, hil, f2;
+	size_t need;
+	const uint8_t *p;
+
+	if (len != MN_COMPACT_REQ)
+		return -EINVAL;
+	if (get_u16(req) != MN_COMPACT_VERSION)
+		return -DKV_E_VERSION;
+	j->flags = get_u16(req + 2);
+	nin = get_u32(req + 4);
+	nsn = get_u32(req + 8);
+	j->bits = (int32_t)get_u32(req + 12);
+	j->target = get_u64(req + 16);
+	lol = get_u32(req + 24);
+	hil = get_u32(req + 28);
+	f2 = get_u32(req + 32);
+	if (nin == 0 || nin > MN_COMPACT_MAX_INPUTS || nsn > MN_COMPACT_MAX_SNAPS ||
+	    lol > SST_IKEY_MAX || hil > SST_IKEY_MAX || (j->flags & ~MN_COMPACT_BOTTOM) ||
+	    (f2 & ~3u) || j->bits > 64 || j->target > (1ull << 32))
+		return -EINVAL;
+	need = (size_t)nin * MN_COMPACT_IN_WIRE + (size_t)nsn * 8 + lol + hil;
+	if (!arg || alen != need)
+		return -EINVAL;
+	j->in = calloc(nin, sizeof(*j->in));
+	j->snaps = malloc((nsn ? nsn : 1) * sizeof(*j->snaps));
+	j->lo = malloc(lol ? lol : 1);
+	j->hi = malloc(hil ? hil : 1);
+	if (!j->in || !j->snaps || !j->lo || !j->hi)
+		return -ENOMEM;
+	j->nin = nin;
+	p = arg;
+	for (uint32_t i = 0; i < nin; i++, p += MN_COMPACT_IN_WIRE) {
+		struct cin *c = &j->in[i];
+
+		c->off = get_u64(p);
+		c->len = get_u64(p + 8);
+		c->data_len = get_u64(p + 16);
+		c->level = get_u32(p + 24);
+		if (c->len < SST_FOOTER_SIZE || c->data_len > c->len)
+			return -EINVAL;
+	}
+	j->nsnaps = nsn;
+	for (uint32_t i = 0; i < nsn; i++, p += 8) {
+		j->snaps[i] = get_u64(p);
+		if (i && j->snaps[i] < j->snaps[i - 1])
+			return -EINVAL;
+	}
+	memcpy(j->lo, p, lol);
+	memcpy(j->hi, p + lol, hil);
+	j->lo_len = lol;
+	j->hi_len = hil;
+	j->has_lo = f2 & 1;
+	j->has_hi = f2 & 2;
+	return 0;
+}
+
+void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		   const uint8_t *req, size_t len)
+{
+	struct job *j = calloc(1, sizeof(*j));
+	size_t alen = 0;
+	const uint8_t *arg = rpc_call_arg(call, &alen);
+	pthread_attr_t at;
+	pthread_t th;
+	int r;
+
+	if (!j)
+		return rpc_reply(call, -ENOMEM, NULL, 0);
+	pthread_mutex_init(&j->mu, NULL);
+	atomic_init(&j->err, 0);
+	j->s = s;
+	j->parts[0].j = j;
+	j->mc = mc;
+	j->call = call;
+	j->t0 = mono_us();
+	r = job_parse(j, req, len, arg, alen);
+	if (!r) {
+		pthread_mutex_lock(&s->lock);
+		j->vol = mc->vol;
+		if (j->vol < 0 || mc->gone)
+			r = -EBADF;
+		for (uint32_t i = 0; !r && i < j->nin; i++)
+			if (!range_owned(&s->rg, j->vol, j->in[i].off, j->in[i].len))
+				r = -EPERM;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (r) {
+		job_free(j);
+		return rpc_reply(call, r, NULL, 0);
+	}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&th, &at, job_main, j);
+	pthread_attr_destroy(&at);
+	if (r) /* no thread: run the job on this worker */
+		job_main(j);
+}
