@@ -184,11 +184,27 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 
 /* ---------------------------------------------------------------- write path */
 
+/* The flush thread is failing (bg_error set): the error may be stale (the
+ * node came back since).  Ask for an immediate retry and report the error
+ * only once an attempt that started after this call failed too.  Returns 0
+ * (keep waiting) or the error.  Caller holds mu; *target starts at 0. */
+static int flush_error(struct eng_db *db, uint64_t *target)
+{
+	if (!db->bg_error)
+		return 0;
+	if (!*target) {
+		*target = db->flush_attempts + 2; /* the one running may predate us */
+		pthread_cond_signal(&db->flush_cv);
+		return 0;
+	}
+	return db->flush_attempts >= *target ? db->bg_error : 0;
+}
+
 /* Make room for need more bytes in db->mem: switch memtables, stall.  Called
  * by the leader only (so db->mem changes only here), without locks. */
 static int make_room(struct eng_db *db, size_t need, bool force)
 {
-	uint64_t stall_start = 0;
+	uint64_t stall_start = 0, retry = 0;
 	int r = 0;
 
 	pthread_mutex_lock(&db->mu);
@@ -204,21 +220,15 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 		if (db->nimm >= (size_t)db->o.max_immutables) {
 			struct timespec ts;
 
-			if (db->bg_error) {
-				r = db->bg_error;
+			r = flush_error(db, &retry);
+			if (r)
 				break;
-			}
 			if (!stall_start) {
 				stall_start = now_us();
 				atomic_fetch_add(&db->st_stalls, 1);
 			}
 			deadline_in(&ts, 100);
 			pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
-			if (now_us() - stall_start > (uint64_t)db->o.op_timeout_ms * 4000u &&
-			    db->bg_error) {
-				r = db->bg_error;
-				break;
-			}
 			continue;
 		}
 		pthread_mutex_unlock(&db->mu);
@@ -605,7 +615,7 @@ uint64_t eng_oldest_snapshot(struct eng_db *db)
 int eng_flush(eng_db *db)
 {
 	struct eng_writer *w;
-	uint64_t target;
+	uint64_t target, retry = 0;
 	int r;
 
 	if (!db)
@@ -648,10 +658,9 @@ int eng_flush(eng_db *db)
 	while (db->flushes_done < target && !db->stop) {
 		struct timespec ts;
 
-		if (db->bg_error) {
-			r = db->bg_error;
+		r = flush_error(db, &retry);
+		if (r)
 			break;
-		}
 		deadline_in(&ts, 100);
 		pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 	}

@@ -266,6 +266,7 @@ struct eng_db {
 	struct eng_snapshot snaps;    /* mu; circular list head */
 	int bg_error;                 /* mu; sticky flush error */
 	uint64_t flushes_done;        /* mu */
+	uint64_t flush_attempts;      /* mu; finished flush attempts, ok or not */
 	bool stop;                    /* mu */
 	bool flushing;                /* mu */
 	pthread_t flush_thread;

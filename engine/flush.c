@@ -256,6 +256,7 @@ void *eng_flush_main(void *arg)
 				ts.tv_nsec -= 1000000000L;
 			}
 			db->bg_error = r;
+			db->flush_attempts++;
 			pthread_cond_broadcast(&db->done_cv);
 			pthread_cond_timedwait(&db->flush_cv, &db->mu, &ts);
 			if (db->stop)
@@ -289,6 +290,7 @@ void *eng_flush_main(void *arg)
 		db->flushing = false;
 		if (!r) {
 			db->bg_error = 0;
+			db->flush_attempts++;
 			db->flushes_done++;
 			pthread_cond_broadcast(&db->done_cv);
 		}

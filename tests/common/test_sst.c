@@ -3,6 +3,7 @@
  * remote sources, and corrupted/truncated input. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -899,5 +900,109 @@ Test(sst, bad_blocks_with_valid_checksums, .timeout = 50)
 		rejected, accepted);
 	cr_assert_gt(rejected, 0);
 	free(copy);
+	sstm_built_release(&bt);
+}
+
+Test(ikey, order_encode_parse_format)
+{
+	uint8_t a[32], b[32];
+	size_t al, bl;
+	struct ikey_parsed pk;
+	char buf[64];
+
+	/* user key ascending, shorter first */
+	al = ikey_encode(a, "ab", 2, 5, IKEY_VALUE);
+	bl = ikey_encode(b, "abc", 3, 9, IKEY_VALUE);
+	cr_assert_lt(ikey_cmp(a, al, b, bl), 0);
+	cr_assert_lt(ukey_cmp("ab", 2, "abc", 3), 0);
+	cr_assert_gt(ukey_cmp("b", 1, "abc", 3), 0);
+	cr_assert_eq(ukey_cmp("", 0, "", 0), 0);
+	/* same user key: higher seq first; same seq: value before deletion */
+	bl = ikey_encode(b, "ab", 2, 6, IKEY_DELETION);
+	cr_assert_gt(ikey_cmp(a, al, b, bl), 0);
+	bl = ikey_encode(b, "ab", 2, 5, IKEY_DELETION);
+	cr_assert_lt(ikey_cmp(a, al, b, bl), 0);
+	cr_assert_eq(ikey_cmp(a, al, a, al), 0);
+	/* a seek target at snapshot S sorts before every version <= S */
+	bl = ikey_encode(b, "ab", 2, 5, IKEY_TYPE_SEEK);
+	cr_assert_leq(ikey_cmp(b, bl, a, al), 0);
+	bl = ikey_encode(b, "ab", 2, IKEY_SEQ_MAX, IKEY_TYPE_SEEK);
+	cr_assert_lt(ikey_cmp(b, bl, a, al), 0);
+
+	cr_assert_eq(ikey_parse(a, al, &pk), 0);
+	cr_assert_eq(pk.ulen, 2);
+	cr_assert_eq(pk.seq, 5);
+	cr_assert_eq(pk.type, IKEY_VALUE);
+	cr_assert_eq(ikey_seq(b, bl), IKEY_SEQ_MAX);
+	cr_assert_eq(ikey_type(a, al), IKEY_VALUE);
+	cr_assert_eq(ikey_parse(a, 7, &pk), -EBADMSG);
+	a[al - 8] = 2; /* unknown type */
+	cr_assert_eq(ikey_parse(a, al, &pk), -EBADMSG);
+	cr_assert_str_eq(ikey_format(buf, sizeof(buf), a, 7), "<bad ikey, 7 bytes>");
+	al = ikey_encode(a, "a\nb", 3, 42, IKEY_DELETION);
+	cr_assert_str_eq(ikey_format(buf, sizeof(buf), a, al), "'a\\x0ab'@42:D");
+	/* tiny buffers are safe and terminated */
+	for (size_t cap = 0; cap < 12; cap++) {
+		memset(buf, 'X', sizeof(buf));
+		ikey_format(buf, cap, a, al);
+		if (cap)
+			cr_assert_lt(strlen(buf), cap);
+	}
+}
+
+struct reader_arg {
+	const struct sstm_built *bt;
+	const struct sst_index *idx;
+	uint64_t seed;
+	int errors;
+};
+
+static void *reader_thread(void *p)
+{
+	struct reader_arg *a = p;
+	struct sst_source ls = { .base = a->bt->tb.p, .size = a->bt->tb.len };
+	struct dkv_iter *it;
+	uint64_t s = a->seed;
+
+	if (sst_iter_create(a->idx, &ls, NULL, &it)) {
+		a->errors++;
+		return NULL;
+	}
+	for (int k = 0; k < 3000; k++) {
+		const struct sstm_rec *r = &a->bt->t.r[sstm_rng(&s) % a->bt->t.n];
+		struct sst_cand c[8];
+		size_t kl;
+
+		if (sst_index_lookup(a->idx, r->ik, r->iklen - 8, IKEY_SEQ_MAX, c, 8) < 1)
+			a->errors++;
+		if (dkv_iter_seek(it, r->ik, r->iklen) != 0)
+			a->errors++;
+		else if (memcmp(dkv_iter_key(it, &kl), r->ik, r->iklen))
+			a->errors++;
+	}
+	dkv_iter_destroy(it);
+	return NULL;
+}
+
+/* One index shared by several threads (make SANITIZE=thread checks it). */
+Test(sst, index_shared_between_threads)
+{
+	struct sstm_gen g = { .seed = 14, .nukeys = 5000, .max_versions = 2, .vmax = 30,
+			      .family = 'a' };
+	struct sstm_built bt;
+	struct sst_index *idx;
+	struct reader_arg args[4];
+	pthread_t th[4];
+
+	cr_assert_eq(sstm_built_make(&g, &bt, &idx), 0);
+	for (int i = 0; i < 4; i++) {
+		args[i] = (struct reader_arg){ .bt = &bt, .idx = idx, .seed = 100 + (uint64_t)i };
+		cr_assert_eq(pthread_create(&th[i], NULL, reader_thread, &args[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(args[i].errors, 0, "thread %d saw %d errors", i, args[i].errors);
+	}
+	sst_index_destroy(idx);
 	sstm_built_release(&bt);
 }
