@@ -1045,3 +1045,25 @@ int sst_index_lookup(const struct sst_index *idx, const void *ukey, size_t ulen,
 	}
 	return found;
 }
+
+uint32_t sst_index_groups(const struct sst_index *idx)
+{
+	return idx->ngroups;
+}
+
+uint64_t sst_index_group_offset(const struct sst_index *idx, uint32_t g)
+{
+	return g < idx->ngroups ? idx->goff[g] : idx->meta.data_len;
+}
+
+uint64_t sst_index_approx_offset(const struct sst_index *idx, const void *ikey, size_t len)
+{
+	const struct sst_meta *m = &idx->meta;
+
+	if (!idx->nrecords || len < IKEY_TRAILER_LEN ||
+	    ikey_cmp(ikey, len, m->smallest, m->smallest_len) <= 0)
+		return 0;
+	if (ikey_cmp(ikey, len, m->largest, m->largest_len) > 0)
+		return m->data_len;
+	return idx->goff[sst_find_group(idx, ikey, len)];
+}

@@ -229,6 +229,17 @@ struct sst_cand {
 int sst_index_lookup(const struct sst_index *idx, const void *ukey, size_t ulen,
 		     uint64_t snap_seq, struct sst_cand *cands, int max);
 
+/* Size estimates and split points (compaction planning, range sizes).
+ * approx_offset: table offset of the group the internal key ikey falls in
+ * (0 .. data_len; data_len when ikey sorts after the table), so
+ * approx_offset(b) - approx_offset(a) estimates the bytes of [a, b) to within
+ * one group.  groups/group_offset: the table is cut into sst_index_groups()
+ * runs of up to group_size records; group g starts at group_offset(g) (a
+ * record boundary: decode it to learn its key; g == groups gives data_len). */
+uint64_t sst_index_approx_offset(const struct sst_index *idx, const void *ikey, size_t len);
+uint32_t sst_index_groups(const struct sst_index *idx);
+uint64_t sst_index_group_offset(const struct sst_index *idx, uint32_t g);
+
 /* ---- table iterator ---------------------------------------------------- */
 
 struct sst_iter_opts {

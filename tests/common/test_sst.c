@@ -1006,3 +1006,44 @@ Test(sst, index_shared_between_threads)
 	sst_index_destroy(idx);
 	sstm_built_release(&bt);
 }
+
+Test(sst, approx_offsets_and_groups)
+{
+	struct sstm_gen g = { .seed = 15, .nukeys = 3000, .max_versions = 2, .vmax = 80,
+			      .family = 'b' };
+	struct sstm_built bt;
+	struct sst_index *idx;
+	uint8_t lo[8], hi[16];
+
+	cr_assert_eq(sstm_built_make(&g, &bt, &idx), 0);
+	uint32_t ng = sst_index_groups(idx);
+	cr_assert_eq(ng, (bt.t.n + SST_GROUP_DEFAULT - 1) / SST_GROUP_DEFAULT);
+	cr_assert_eq(sst_index_group_offset(idx, 0), 0);
+	cr_assert_eq(sst_index_group_offset(idx, ng), bt.meta.data_len);
+	/* group g starts at record g*16: decode it there */
+	for (uint32_t k = 0; k < ng; k += 7) {
+		struct sst_record rec;
+		uint64_t off = sst_index_group_offset(idx, k);
+		const struct sstm_rec *r = &bt.t.r[k * SST_GROUP_DEFAULT];
+
+		cr_assert_eq(sst_record_decode(bt.tb.p + off, bt.tb.len - off, &rec), 0);
+		cr_assert(rec.iklen == r->iklen && !memcmp(rec.ikey, r->ik, r->iklen));
+	}
+	/* every record's key maps to its own group's start, and offsets grow */
+	uint64_t prev = 0, off = 0;
+	for (size_t i = 0; i < bt.t.n; i++) {
+		uint64_t a = sst_index_approx_offset(idx, bt.t.r[i].ik, bt.t.r[i].iklen);
+
+		cr_assert_eq(a, sst_index_group_offset(idx, (uint32_t)(i / SST_GROUP_DEFAULT)));
+		cr_assert_geq(a, prev);
+		cr_assert_leq(a, off);
+		prev = a;
+		off += sst_record_size(bt.t.r[i].iklen, bt.t.r[i].vlen);
+	}
+	size_t ll = ikey_encode(lo, "", 0, IKEY_SEQ_MAX, IKEY_TYPE_SEEK);
+	size_t hl = ikey_encode(hi, "zzzz", 4, 1, IKEY_VALUE);
+	cr_assert_eq(sst_index_approx_offset(idx, lo, ll), 0);
+	cr_assert_eq(sst_index_approx_offset(idx, hi, hl), bt.meta.data_len);
+	sst_index_destroy(idx);
+	sstm_built_release(&bt);
+}
