@@ -154,5 +154,7 @@ int bench_kv_get(struct bench_kv *kv, const void *k, size_t kl, size_t *vlen);
 int bench_kv_scan(struct bench_kv *kv, long max, long *n, uint64_t *bytes, struct bench_hist *h,
 		  void (*tick)(void *arg, long done), void *arg);
 void bench_kv_stats(struct bench_kv *kv, struct bench_kv_stats *st);
+/* Compact the whole key space and wait (db_bench's "compact"). */
+int bench_kv_compact(struct bench_kv *kv);
 
 #endif

@@ -35,6 +35,7 @@ enum workload {
 	W_READSEQ,
 	W_READRANDOMWRITERANDOM,
 	W_DELETERANDOM,
+	W_COMPACT,
 };
 
 static const struct {
@@ -49,6 +50,7 @@ static const struct {
 	{ "readseq", W_READSEQ, false },
 	{ "readrandomwriterandom", W_READRANDOMWRITERANDOM, false },
 	{ "deleterandom", W_DELETERANDOM, false },
+	{ "compact", W_COMPACT, false },
 };
 #define N_WORKLOADS (sizeof(workloads) / sizeof(workloads[0]))
 
@@ -161,6 +163,17 @@ static void *worker_main(void *arg)
 	uint64_t vpos = rng_below(&w->rng, VALUE_POOL);
 	int rc = 0;
 
+	if (r->w == W_COMPACT) {
+		if (w->idx == 0) {
+			uint64_t t0 = bench_now_ns();
+			rc = bench_kv_compact(kv);
+			bench_hist_add(&w->hist, bench_now_ns() - t0);
+			w->ops = 1;
+		}
+		if (rc)
+			set_err(r, rc);
+		return NULL;
+	}
 	if (r->w == W_READSEQ) {
 		long n = 0;
 		rc = bench_kv_scan(kv, last - first, &n, &w->bytes, &w->hist, scan_tick, r);

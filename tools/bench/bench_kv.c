@@ -311,3 +311,11 @@ void bench_kv_stats(struct bench_kv *kv, struct bench_kv_stats *st)
 	st->index_bytes = es.index_cache_bytes;
 	st->index_keys = es.index_cache_keys;
 }
+
+int bench_kv_compact(struct bench_kv *kv)
+{
+	if (kv->db)
+		return eng_compact_all(kv->db);
+	rocksdb_compact_range(kv->rdb, NULL, 0, NULL, 0);
+	return 0;
+}

@@ -34,7 +34,7 @@ static const struct flag {
 #define F(n, t, field, h) { n, t, offsetof(struct bench_opts, field), h }
 	F("benchmarks", F_STR, benchmarks,
 	  "comma-separated list: transport, fillseq, fillrandom, overwrite, readrandom, readseq,\n"
-	  "\t\treadrandomwriterandom, deleterandom (default fillrandom,readrandom)"),
+	  "\t\treadrandomwriterandom, deleterandom, compact (default fillrandom,readrandom)"),
 	F("memnode", F_STR, memnode,
 	  "HOST:PORT of a memory node; absent: start one in-process on 127.0.0.1:0"),
 	F("memnode_size", F_SIZE, memnode_size,
