@@ -1,0 +1,170 @@
+/* tests/memnode/test_region.c — the region header: allocation map, volume
+ * table, roots, and what a restart makes of damaged or torn headers. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/err.h"
+#include "memnode/mn_region.h"
+
+static char path[64];
+
+static void setup(void)
+{
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-rg-%d", (int)getpid());
+	unlink(path);
+}
+
+static void teardown(void)
+{
+	unlink(path);
+}
+
+TestSuite(region, .init = setup, .fini = teardown);
+
+static void poke(off_t off, const void *b, size_t n)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert(fd >= 0);
+	cr_assert_eq(pwrite(fd, b, n, off), (ssize_t)n);
+	close(fd);
+}
+
+Test(region, alloc_free_first_fit_and_enospc)
+{
+	struct mn_region r;
+	uint64_t off[8], len;
+	int v;
+
+	cr_assert_eq(mn_region_open(&r, NULL, 10 << 20), 0);
+	cr_assert_eq(r.npages, 10);
+	v = mn_vol_create(&r, "a");
+	cr_assert_eq(v, 0);
+	cr_assert_eq(mn_vol_create(&r, "bad/name"), -EINVAL);
+	cr_assert_eq(mn_vol_find(&r, "a"), 0);
+	cr_assert_eq(mn_vol_find(&r, "b"), -ENOENT);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 3 << 20, &off[0], &len), 0);
+	cr_assert_eq(off[0], 1 << 20);
+	cr_assert_eq(len, 3 << 20);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_NODE, 1, &off[1], &len), 0);
+	cr_assert_eq(off[1], 4 << 20);
+	cr_assert_eq(len, 1 << 20);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 5 << 20, &off[2], &len), 0);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 1, &off[3], &len), -ENOSPC);
+	/* Wrong kind / not a head / not ours. */
+	cr_assert_eq(mn_free(&r, v, MN_KIND_NODE, off[0]), -EPERM);
+	cr_assert_eq(mn_free(&r, v, MN_KIND_SLAB, off[0] + (1 << 20)), -ENOENT);
+	cr_assert_eq(mn_free(&r, 5, MN_KIND_SLAB, off[0]), -EPERM);
+	cr_assert_eq(mn_free(&r, v, MN_KIND_SLAB, off[0]), 0);
+	cr_assert_eq(r.used_pages, 1 + 1 + 5);
+	/* The hole is reused first fit; a 4-page run does not fit in it. */
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 4 << 20, &off[3], &len), -ENOSPC);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 2 << 20, &off[3], &len), 0);
+	cr_assert_eq(off[3], 1 << 20);
+
+	uint32_t cur = 0;
+	uint64_t o, l;
+	enum mn_kind k;
+	int n = 0;
+	while (!mn_next_run(&r, v, &cur, &o, &l, &k))
+		n++;
+	cr_assert_eq(n, 3);
+	mn_region_close(&r);
+	mn_region_close(&r); /* twice is fine */
+}
+
+Test(region, rebuild_after_restart_and_torn_runs)
+{
+	struct mn_region r;
+	uint64_t a, b, c, len;
+	int v, w;
+
+	cr_assert_eq(mn_region_open(&r, path, 16 << 20), 0);
+	v = mn_vol_create(&r, "v");
+	w = mn_vol_create(&r, "w");
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 2 << 20, &a, &len), 0);
+	cr_assert_eq(mn_alloc(&r, w, MN_KIND_NODE, 3 << 20, &b, &len), 0);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 1 << 20, &c, &len), 0);
+	memcpy(r.base + a, "slab-a", 6);
+	cr_assert_eq(mn_root_write(&r, v, "rootv", 5), 0);
+	mn_region_close(&r);
+
+	/* Clean restart: the same state, size from the file (not the arg). */
+	cr_assert_eq(mn_region_open(&r, path, 64 << 20), 0);
+	cr_assert_eq(r.size, 16 << 20);
+	cr_assert_eq(mn_vol_find(&r, "w"), w);
+	cr_assert_eq(r.used_pages, 1 + 2 + 3 + 1);
+	cr_assert_eq(r.vols[w].used_node, 3 << 20);
+	cr_assert_arr_eq(r.base + a, "slab-a", 6);
+	char buf[16];
+	size_t rl;
+	cr_assert_eq(mn_root_read(&r, v, buf, sizeof(buf), &rl, NULL), 0);
+	cr_assert_eq(rl, 5);
+	mn_region_close(&r);
+
+	/* A torn allocation: w's run lost its head (killed before writing
+	 * it).  Its tail entries are dropped and the pages are free again;
+	 * nothing else moves. */
+	uint8_t zero[MN_MAP_ENTRY] = { 0 };
+	poke(MN_MAP_OFF + (b >> 20) * MN_MAP_ENTRY, zero, sizeof(zero));
+	/* And one entry of v's second run damaged (checksum). */
+	uint8_t junk = 0x77;
+	poke(MN_MAP_OFF + (c >> 20) * MN_MAP_ENTRY + 1, &junk, 1);
+	cr_assert_eq(mn_region_open(&r, path, 16 << 20), 0);
+	cr_assert_eq(r.used_pages, 1 + 2);
+	cr_assert_eq(r.vols[w].used_node, 0);
+	cr_assert_eq(mn_free(&r, v, MN_KIND_SLAB, a), 0);
+	uint64_t big;
+	cr_assert_eq(mn_alloc(&r, w, MN_KIND_NODE, 15 << 20, &big, &len), 0);
+	mn_region_close(&r);
+}
+
+Test(region, damaged_superblock_and_volume_record)
+{
+	struct mn_region r;
+	uint64_t a, len;
+	uint8_t sb[64];
+	int fd;
+
+	cr_assert_eq(mn_region_open(&r, path, 8 << 20), 0);
+	cr_assert_eq(mn_vol_create(&r, "x"), 0);
+	cr_assert_eq(mn_alloc(&r, 0, MN_KIND_SLAB, 1, &a, &len), 0);
+	mn_region_close(&r);
+
+	/* A damaged volume record: the volume and its runs are gone. */
+	uint8_t junk = 0x55;
+	poke(MN_VOL_OFF + 20, &junk, 1);
+	cr_assert_eq(mn_region_open(&r, path, 8 << 20), 0);
+	cr_assert_eq(mn_vol_find(&r, "x"), -ENOENT);
+	cr_assert_eq(r.used_pages, 1);
+	mn_region_close(&r);
+
+	/* Superblock checksum. */
+	fd = open(path, O_RDONLY);
+	cr_assert_eq(pread(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
+	close(fd);
+	sb[17] ^= 1;
+	poke(0, sb, sizeof(sb));
+	cr_assert_eq(mn_region_open(&r, path, 8 << 20), -DKV_E_CORRUPT);
+	/* Another format version, checksum fixed up. */
+	sb[17] ^= 1;
+	put_u32(sb + 8, 99);
+	put_u32(sb + 56, crc32c(sb, 56));
+	poke(0, sb, sizeof(sb));
+	cr_assert_eq(mn_region_open(&r, path, 8 << 20), -DKV_E_VERSION);
+	/* A size larger than the file. */
+	put_u32(sb + 8, MN_REGION_FORMAT);
+	put_u64(sb + 16, 1ull << 30);
+	put_u32(sb + 24, 1024);
+	put_u32(sb + 56, crc32c(sb, 56));
+	poke(0, sb, sizeof(sb));
+	cr_assert_eq(mn_region_open(&r, path, 8 << 20), -DKV_E_CORRUPT);
+	/* Bad sizes. */
+	cr_assert_eq(mn_region_open(&r, NULL, 1 << 20), -EINVAL);
+	cr_assert_eq(mn_region_open(&r, NULL, MN_MAX_SIZE + (1 << 20)), -EINVAL);
+}
