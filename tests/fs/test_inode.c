@@ -1,0 +1,283 @@
+/* tests/fs/test_inode.c — open-file data path over the in-memory store:
+ * a model test against a plain byte array (random writes, truncates,
+ * commits, reloads), and crash safety of early chunk writes and O_TRUNC
+ * rewrites (the "crash" abandons the fs without committing, then opens a
+ * new fs on the same store, which reclaims what the intents name). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fs/fs_int.h"
+
+static struct fs_ctx *open_fs(struct fs_kv *kv, unsigned max_dirty)
+{
+	struct fs_opts o;
+	struct fs_ctx *fs = NULL;
+	fs_opts_init(&o);
+	o.max_dirty_chunks = max_dirty;
+	cr_assert_eq(fs_create(kv, &o, &fs), 0);
+	return fs;
+}
+
+/* Create a regular file at path (committed, empty); returns a reference. */
+static struct fs_inode *create(struct fs_ctx *fs, const char *path)
+{
+	struct fs_key k;
+	struct fs_rec rec;
+	struct fs_inode *ino;
+	uint64_t id;
+	cr_assert_eq(fs_key_from_path(&k, path), 0);
+	cr_assert_eq(fs_alloc_id(fs, &id), 0);
+	fs_rec_init_new(&rec, S_IFREG | 0644, 0, 0, id);
+	cr_assert_eq(fs_inode_adopt(fs, &k, &rec, &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	ino->dirty = true;
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	return ino;
+}
+
+static size_t count_prefix(struct fs_kv *kv, uint8_t prefix)
+{
+	struct fs_kv_iter *it;
+	uint8_t lo = prefix, hi = prefix + 1;
+	size_t n = 0;
+	cr_assert_eq(fs_kv_iter_create(kv, &lo, 1, &hi, 1, &it), 0);
+	for (int rc = fs_kv_iter_seek(it, &lo, 1); rc == 0; rc = fs_kv_iter_next(it))
+		n++;
+	fs_kv_iter_destroy(it);
+	return n;
+}
+
+static void check_content(struct fs_ctx *fs, const char *path, const uint8_t *want, size_t len)
+{
+	struct fs_inode *ino;
+	cr_assert_eq(fs_inode_get(fs, path, &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(ino->rec.size, len);
+	uint8_t *got = malloc(len + 1);
+	int n = fs_inode_read(fs, ino, (char *)got, len + 1, 0);
+	cr_assert_eq(n, (int)len);
+	cr_assert_eq(memcmp(got, want, len), 0, "content of %s differs", path);
+	free(got);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		p[i] = (uint8_t)(seed >> 16);
+	}
+}
+
+Test(inode, model_random_ops, .timeout = 60)
+{
+	const size_t max = 3u << 20; /* spans 12 chunks */
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	uint8_t *model = calloc(1, max), *buf = malloc(max);
+	size_t size = 0;
+	struct fs_inode *ino = create(fs, "/f");
+	srand(42);
+	for (int op = 0; op < 1500; op++) {
+		int what = rand() % 100;
+		pthread_mutex_lock(&ino->mu);
+		if (what < 55) { /* write somewhere, often near the end */
+			size_t off = (size_t)rand() % (rand() % 4 ? size + 1 : max - 1);
+			size_t len = 1 + (size_t)rand() % (rand() % 8 ? 5000 : 400000);
+			if (off + len > max)
+				len = max - off;
+			fill(buf, len, (unsigned)op);
+			cr_assert_eq(fs_inode_write(fs, ino, (char *)buf, len, off), (int)len);
+			memcpy(model + off, buf, len);
+			if (off + len > size)
+				size = off + len;
+		} else if (what < 70) { /* truncate up or down, sometimes to inline sizes */
+			size_t ns = (size_t)rand() % (rand() % 3 ? max : 5000);
+			cr_assert_eq(fs_inode_truncate(fs, ino, ns), 0);
+			if (ns < size)
+				memset(model + ns, 0, size - ns);
+			size = ns;
+		} else if (what < 85) { /* read and compare */
+			size_t off = (size_t)rand() % (size + 10);
+			size_t len = (size_t)rand() % 300000;
+			int n = fs_inode_read(fs, ino, (char *)buf, len, off);
+			size_t want = off >= size ? 0 : (size - off < len ? size - off : len);
+			cr_assert_eq(n, (int)want, "op %d read %zu@%zu", op, len, off);
+			cr_assert_eq(memcmp(buf, model + off, want), 0, "op %d read differs", op);
+		} else if (what < 97) {
+			cr_assert_eq(fs_inode_commit(fs, ino), 0);
+		} else { /* commit, forget everything, reload from the store */
+			cr_assert_eq(fs_inode_commit(fs, ino), 0);
+			pthread_mutex_unlock(&ino->mu);
+			fs_inode_put(fs, ino);
+			cr_assert_eq(fs_destroy(fs), 0);
+			fs = open_fs(kv, 2);
+			check_content(fs, "/f", model, size);
+			cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
+			pthread_mutex_lock(&ino->mu);
+		}
+		pthread_mutex_unlock(&ino->mu);
+	}
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	cr_assert_eq(fs_destroy(fs), 0);
+	fs = open_fs(kv, 2);
+	check_content(fs, "/f", model, size);
+	/* no garbage: stored chunks cover at most the file */
+	cr_assert_leq(count_prefix(kv, FS_CHUNK_PREFIX), (size + FS_CHUNK_SIZE - 1) / FS_CHUNK_SIZE);
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(model);
+	free(buf);
+}
+
+Test(inode, crash_during_new_file_leaves_no_chunks)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	size_t len = 3u << 20;
+	uint8_t *data = malloc(len);
+	fill(data, len, 7);
+	struct fs_inode *ino = create(fs, "/new");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)data, len, 0), (int)len);
+	pthread_mutex_unlock(&ino->mu);
+	/* early flushes wrote chunks under an intent */
+	cr_assert_gt(count_prefix(kv, FS_CHUNK_PREFIX), 0);
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 1);
+	/* crash: the fs is abandoned, never committed (its memory leaks) */
+	fs = open_fs(kv, 2);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), 0);
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
+	check_content(fs, "/new", data, 0); /* what create committed: empty */
+	fs_destroy(fs);
+	free(data);
+}
+
+Test(inode, crash_during_rewrite_keeps_old_content)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	size_t len = 2u << 20;
+	uint8_t *a = malloc(len), *b = malloc(len);
+	fill(a, len, 1);
+	fill(b, len, 2);
+	struct fs_inode *ino = create(fs, "/f");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)a, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	size_t chunks_a = count_prefix(kv, FS_CHUNK_PREFIX);
+	cr_assert_eq(chunks_a, len / FS_CHUNK_SIZE);
+	/* open(O_TRUNC) + write B, crash before close */
+	cr_assert_eq(fs_inode_truncate(fs, ino, 0), 0);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, len, 0), (int)len);
+	pthread_mutex_unlock(&ino->mu);
+	cr_assert_gt(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	fs = open_fs(kv, 2);
+	check_content(fs, "/f", a, len);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	/* and a completed rewrite replaces the chunks, leaving none behind */
+	cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_truncate(fs, ino, 0), 0);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	check_content(fs, "/f", b, len);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(a);
+	free(b);
+}
+
+Test(inode, crash_during_append_trims_to_committed_size)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 1);
+	size_t len = 600000, more = 1500000;
+	uint8_t *a = malloc(len + more);
+	fill(a, len + more, 3);
+	struct fs_inode *ino = create(fs, "/log");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)a, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)a + len, more, len), (int)more);
+	pthread_mutex_unlock(&ino->mu);
+	fs = open_fs(kv, 1);
+	check_content(fs, "/log", a, len);
+	/* growing it again must show zeros, not the lost append */
+	cr_assert_eq(fs_inode_get(fs, "/log", &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_truncate(fs, ino, len + more), 0);
+	uint8_t *got = malloc(more);
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, more, len), (int)more);
+	for (size_t i = 0; i < more; i++)
+		cr_assert_eq(got[i], 0, "byte %zu after a crashed append is not zero", len + i);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(a);
+	free(got);
+}
+
+Test(inode, shared_state_between_handles)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 4);
+	struct fs_inode *a = create(fs, "/s"), *b;
+	cr_assert_eq(fs_inode_get(fs, "/s", &b), 0);
+	cr_assert_eq(a, b, "two opens of one file share one inode");
+	char buf[16] = { 0 };
+	pthread_mutex_lock(&a->mu);
+	cr_assert_eq(fs_inode_write(fs, a, "uncommitted", 11, 0), 11);
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_lock(&b->mu);
+	cr_assert_eq(fs_inode_read(fs, b, buf, sizeof(buf), 0), 11);
+	pthread_mutex_unlock(&b->mu);
+	cr_assert_str_eq(buf, "uncommitted");
+	fs_inode_put(fs, a);
+	fs_inode_put(fs, b);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+}
+
+Test(inode, enospc_is_reported_and_recoverable)
+{
+	struct fs_kv *kv = fs_kv_mem_create(4u << 20);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	size_t len = 1u << 20;
+	uint8_t *data = calloc(1, len);
+	fill(data, len, 9);
+	int rc = 0, i;
+	struct fs_inode *ino = NULL;
+	for (i = 0; i < 10 && rc == 0; i++) {
+		char p[16];
+		snprintf(p, sizeof(p), "/f%d", i);
+		ino = create(fs, p);
+		pthread_mutex_lock(&ino->mu);
+		rc = fs_inode_write(fs, ino, (char *)data, len, 0);
+		if (rc > 0)
+			rc = fs_inode_commit(fs, ino);
+		pthread_mutex_unlock(&ino->mu);
+		fs_inode_put(fs, ino);
+	}
+	cr_assert_eq(rc, -ENOSPC);
+	cr_assert_gt(i, 1);
+	check_content(fs, "/f0", data, len); /* what was stored is unharmed */
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(data);
+}
