@@ -231,10 +231,96 @@ int eng_table_get(struct eng_table *t, const void *k, size_t kl, uint64_t seq, v
 	return r;
 }
 
+/* Table iterator = the sst iterator behind a thin wrapper whose only job is
+ * to name the table in the log when stored bytes turn out damaged (the merge
+ * above cannot tell which child failed). */
+struct table_iter {
+	struct dkv_iter base;
+	struct dkv_iter *in;
+	struct eng_table *t;
+};
+
+static int ti_check(struct table_iter *ti, int r)
+{
+	ti->base.valid = dkv_iter_valid(ti->in);
+	if (r < 0) {
+		table_corrupt(ti->t, r);
+		if (r == -EBADMSG)
+			r = -DKV_E_CORRUPT;
+		ti->base.status = r;
+		ti->base.valid = false;
+	}
+	return r;
+}
+
+#define TI(b) ((struct table_iter *)(b))
+static int ti_seek(struct dkv_iter *b, const void *k, size_t n)
+{
+	return ti_check(TI(b), dkv_iter_seek(TI(b)->in, k, n));
+}
+static int ti_seek_for_prev(struct dkv_iter *b, const void *k, size_t n)
+{
+	return ti_check(TI(b), dkv_iter_seek_for_prev(TI(b)->in, k, n));
+}
+static int ti_first(struct dkv_iter *b)
+{
+	return ti_check(TI(b), dkv_iter_first(TI(b)->in));
+}
+static int ti_last(struct dkv_iter *b)
+{
+	return ti_check(TI(b), dkv_iter_last(TI(b)->in));
+}
+static int ti_next(struct dkv_iter *b)
+{
+	return ti_check(TI(b), dkv_iter_next(TI(b)->in));
+}
+static int ti_prev(struct dkv_iter *b)
+{
+	return ti_check(TI(b), dkv_iter_prev(TI(b)->in));
+}
+static const void *ti_key(const struct dkv_iter *b, size_t *n)
+{
+	return dkv_iter_key(((const struct table_iter *)b)->in, n);
+}
+static const void *ti_value(const struct dkv_iter *b, size_t *n)
+{
+	return dkv_iter_value(((const struct table_iter *)b)->in, n);
+}
+static void ti_destroy(struct dkv_iter *b)
+{
+	dkv_iter_destroy(TI(b)->in);
+	free(b);
+}
+#undef TI
+
+static const struct dkv_iter_ops table_iter_ops = {
+	.seek = ti_seek,
+	.seek_for_prev = ti_seek_for_prev,
+	.first = ti_first,
+	.last = ti_last,
+	.next = ti_next,
+	.prev = ti_prev,
+	.key = ti_key,
+	.value = ti_value,
+	.destroy = ti_destroy,
+};
+
 int eng_table_iter_create(struct eng_table *t, struct dkv_iter **out)
 {
+	struct table_iter *ti = calloc(1, sizeof(*ti));
 	struct sst_source src;
+	int r;
 
+	if (!ti)
+		return -ENOMEM;
 	table_source(t, &src);
-	return sst_iter_create(t->idx, &src, NULL, out);
+	r = sst_iter_create(t->idx, &src, NULL, &ti->in);
+	if (r) {
+		free(ti);
+		return r;
+	}
+	ti->base.ops = &table_iter_ops;
+	ti->t = t;
+	*out = &ti->base;
+	return 0;
 }
