@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "common/coding.h"
 #include "common/err.h"
@@ -52,6 +54,7 @@ struct mn_client {
 	char conn_addr[128];
 	enum net_kind kind;
 	struct net_domain *dom;
+	uint64_t client_id;        /* random: lets a reconnect take our own lease back */
 
 	pthread_mutex_t lock;      /* everything below up to block */
 	struct rpc_chan *ch;
@@ -298,15 +301,16 @@ static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_exten
 
 static int open_volume(struct mn_client *c, struct rpc_chan *ch)
 {
-	uint8_t req[4 + MN_VOLUME_NAME_MAX], rep[MN_OPEN_REPLY_SIZE];
+	uint8_t req[12 + MN_VOLUME_NAME_MAX], rep[MN_OPEN_REPLY_SIZE];
 	size_t nl = strlen(c->volume), rl = 0;
 	int rc;
 
 	req[0] = (uint8_t)((c->o.create ? MN_OPEN_CREATE : 0) | (c->o.writer ? MN_OPEN_WRITER : 0));
 	req[1] = (uint8_t)nl;
 	put_u16(req + 2, 0);
-	memcpy(req + 4, c->volume, nl);
-	rc = rpc_call(ch, MN_OP_OPEN, req, 4 + nl, NULL, rep, sizeof(rep), &rl);
+	put_u64(req + 4, c->client_id);
+	memcpy(req + 12, c->volume, nl);
+	rc = rpc_call(ch, MN_OP_OPEN, req, 12 + nl, NULL, rep, sizeof(rep), &rl);
 	if (rc)
 		return map_err(rc);
 	if (rl != MN_OPEN_REPLY_SIZE)
@@ -471,6 +475,9 @@ int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 	else
 		c->o.token_len = 0;
 	c->o.token = NULL;
+	if (getrandom(&c->client_id, sizeof(c->client_id), 0) != sizeof(c->client_id))
+		c->client_id = (uint64_t)(uintptr_t)c ^ (uint64_t)time(NULL) << 20;
+	c->client_id |= 1;
 
 	c->kind = o->transport == NET_AUTO ? net_kind_resolve(NET_AUTO, c->addr) : o->transport;
 	snprintf(c->conn_addr, sizeof(c->conn_addr), "%s", c->addr);

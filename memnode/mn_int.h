@@ -28,6 +28,7 @@ struct mn_conn {
 	struct mn_server *srv;
 	struct rpc_sconn *sc;     /* set by on_established */
 	int vol;                  /* volume index, -1 until OPEN */
+	uint64_t client_id;       /* the mn_client instance (OPEN), 0: anonymous */
 	bool writer;              /* holds vol's lease */
 	bool gone;                /* disconnected: grants are void */
 	struct mn_grant *grants;  /* under srv->lock */

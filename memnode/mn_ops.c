@@ -33,14 +33,17 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 {
 	uint8_t rep[MN_OPEN_REPLY_SIZE];
 	char name[MN_VOLUME_NAME_MAX + 1];
+	struct mn_conn *old;
 	uint8_t flags, nl;
+	uint64_t cid;
 	int v;
 
-	if (len < 4 || (nl = req[1]) > MN_VOLUME_NAME_MAX || len != 4u + nl ||
-	    !mn_vol_name_ok((const char *)req + 4, nl))
+	if (len < 12 || (nl = req[1]) > MN_VOLUME_NAME_MAX || len != 12u + nl ||
+	    !mn_vol_name_ok((const char *)req + 12, nl))
 		return reply_err(call, -EINVAL);
 	flags = req[0];
-	memcpy(name, req + 4, nl);
+	cid = get_u64(req + 4);
+	memcpy(name, req + 12, nl);
 	name[nl] = 0;
 
 	pthread_mutex_lock(&s->lock);
@@ -58,12 +61,21 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 		pthread_mutex_unlock(&s->lock);
 		return reply_err(call, v);
 	}
-	if ((flags & MN_OPEN_WRITER) && s->vs[v].writer) {
+	old = s->vs[v].writer;
+	if ((flags & MN_OPEN_WRITER) && old && cid && old->client_id == cid) {
+		/* The same client reconnected before we noticed that its old
+		 * connection is dead: the lease moves, the old conn goes. */
+		dkv_info("lease of volume %s moves from %s to %s (same client reconnected)",
+			 name, old->peer, mc->peer);
+		mn_conn_release(s, old);
+		rpc_sconn_close(old->sc);
+	} else if ((flags & MN_OPEN_WRITER) && old) {
 		dkv_warn("lease refused to %s: volume %s has a writer (%s)", mc->peer, name,
-			 s->vs[v].writer->peer);
+			 old->peer);
 		pthread_mutex_unlock(&s->lock);
 		return reply_err(call, -DKV_E_LEASE);
 	}
+	mc->client_id = cid;
 	mc->vol = v;
 	s->vs[v].clients++;
 	if (flags & MN_OPEN_WRITER) {

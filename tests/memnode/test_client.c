@@ -223,7 +223,7 @@ Test(client, grant_checked_on_the_wire)
 	/* Our own volume and slab through the RPC layer, then one byte past
 	 * the end of the granted slab with the granted rkey. */
 	struct rpc_chan *ch;
-	uint8_t req[4 + 8], rep[64];
+	uint8_t req[12 + 8], rep[64];
 	size_t rlen = 0;
 	rl = sizeof(rp);
 	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
@@ -232,9 +232,9 @@ Test(client, grant_checked_on_the_wire)
 	cr_assert_eq(rpc_chan_create(d, conn, 3000, &ch), 0);
 	req[0] = MN_OPEN_CREATE | MN_OPEN_WRITER;
 	req[1] = 2;
-	req[2] = req[3] = 0;
-	memcpy(req + 4, "w2", 2);
-	cr_assert_eq(rpc_call(ch, MN_OP_OPEN, req, 6, NULL, rep, sizeof(rep), &rlen), 0);
+	memset(req + 2, 0, 10); /* anonymous client id */
+	memcpy(req + 12, "w2", 2);
+	cr_assert_eq(rpc_call(ch, MN_OP_OPEN, req, 14, NULL, rep, sizeof(rep), &rlen), 0);
 	cr_assert_eq(rlen, MN_OPEN_REPLY_SIZE);
 	uint64_t base = get_u64(rep + 24);
 	put_u64(req, 1 << 20);
@@ -410,4 +410,57 @@ Test(client, latency_4k_read_figures)
 		mn_client_close(c);
 	}
 	mn_server_destroy(s);
+}
+
+/* The connection breaks under the writer (fault injection): the next call
+ * reconnects and gets its own lease back at once, even if the node has not
+ * yet noticed that the old connection is dead. */
+Test(client, reconnect_keeps_the_lease)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c, *other = NULL;
+	struct mn_extent e;
+	struct net_fault f = { .drop_after = 1 };
+	char b[4];
+	int rc;
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "rc", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	cr_assert_eq(mn_write(c, e.off, "keep", 4), 0);
+	for (int round = 0; round < 5; round++) {
+		cr_assert_eq(net_set_fault(mn_client_conn(c), &f), 0);
+		rc = mn_write(c, e.off, "keep", 4);
+		cr_assert(rc == 0 || rc == -EIO, "write on a dropped conn: %s", dkv_strerror(rc));
+		rc = mn_read(c, e.off, b, 4);
+		if (rc == -EIO) /* the drop hit this one */
+			rc = mn_read(c, e.off, b, 4);
+		cr_assert_eq(rc, 0, "after reconnect: %s", dkv_strerror(rc));
+		cr_assert_arr_eq(b, "keep", 4);
+		cr_assert_eq(mn_write(c, e.off, "keep", 4), 0); /* still the writer */
+	}
+	/* Another client is still refused. */
+	cr_assert_eq(mt_open(mn_server_addr(s), "rc", true, NULL, 2000, &other), -DKV_E_LEASE);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+Test(client, node_stops_under_a_client)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c;
+	struct mn_extent e;
+	char b[4];
+	uint64_t t0;
+	int rc;
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "st", true, NULL, 1500, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	mn_server_destroy(s);
+	t0 = mt_now_ms();
+	rc = mn_read(c, e.off, b, 4);
+	cr_assert(rc == -EIO || rc == -ECONNREFUSED || rc == -ETIMEDOUT, "%s", dkv_strerror(rc));
+	rc = mn_root_set(c, "x", 1);
+	cr_assert(rc < 0);
+	cr_assert(mt_now_ms() - t0 < 4000);
+	mn_client_close(c);
 }
