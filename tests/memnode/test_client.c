@@ -464,3 +464,51 @@ Test(client, node_stops_under_a_client)
 	cr_assert(mt_now_ms() - t0 < 4000);
 	mn_client_close(c);
 }
+
+static struct rpc_chan *raw_open(struct net_domain *d, const char *addr, uint64_t cid, int *rc)
+{
+	struct mn_hello h = { .version = MN_PROTO_VERSION };
+	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX], req[14], rep[64];
+	size_t rl = sizeof(rp), rlen;
+	struct net_conn *conn;
+	struct rpc_chan *ch;
+
+	mn_hello_encode(hello, &h);
+	cr_assert_eq(net_connect(d, addr, NULL, hello, sizeof(hello), &conn, rp, &rl), 0);
+	cr_assert_eq(rpc_chan_create(d, conn, 3000, &ch), 0);
+	req[0] = MN_OPEN_CREATE | MN_OPEN_WRITER;
+	req[1] = 2;
+	put_u16(req + 2, 0);
+	put_u64(req + 4, cid);
+	memcpy(req + 12, "to", 2);
+	*rc = rpc_call(ch, MN_OP_OPEN, req, 14, NULL, rep, sizeof(rep), &rlen);
+	return ch;
+}
+
+Test(client, lease_takeover_by_the_same_client_id)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct net_domain *d;
+	struct rpc_chan *a, *b, *x;
+	uint8_t req[8], rep[64];
+	size_t rl;
+	int rc;
+
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	a = raw_open(d, mn_server_addr(s), 42, &rc);
+	cr_assert_eq(rc, 0);
+	x = raw_open(d, mn_server_addr(s), 43, &rc); /* another client */
+	cr_assert_eq(rc, -DKV_E_LEASE);
+	b = raw_open(d, mn_server_addr(s), 42, &rc); /* "us", reconnected */
+	cr_assert_eq(rc, 0);
+	put_u64(req, 1 << 20);
+	cr_assert_eq(rpc_call(b, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl), 0);
+	/* The old connection lost the lease and is being closed. */
+	rc = rpc_call(a, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl);
+	cr_assert(rc == -EROFS || rc == -EBADF || rc == -EIO, "%s", dkv_strerror(rc));
+	rpc_chan_unref(a);
+	rpc_chan_unref(b);
+	rpc_chan_unref(x);
+	net_domain_destroy(d);
+	mn_server_destroy(s);
+}
