@@ -1026,12 +1026,18 @@ int sst_index_lookup(const struct sst_index *idx, const void *ukey, size_t ulen,
 	fp = sst_fingerprint(ukey, ulen);
 	g = find_group_ut(idx, ukey, ulen, ikey_pack(snap_seq, IKEY_TYPE_SEEK));
 	for (;;) {
-		uint32_t n = sst_group_offsets(idx, g, roff);
+		uint32_t n = sst_group_count(idx, g);
 		uint32_t r0 = g * idx->group_size;
+		bool have_offsets = false;
 
 		for (uint32_t i = 0; i < n; i++) {
 			if (idx->fp[r0 + i] != fp)
 				continue;
+			/* Record lengths are decoded only for a group that matches. */
+			if (!have_offsets) {
+				sst_group_offsets(idx, g, roff);
+				have_offsets = true;
+			}
 			if (found < max) {
 				cands[found].off = roff[i];
 				cands[found].len = (uint32_t)(roff[i + 1] - roff[i]);
