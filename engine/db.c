@@ -40,7 +40,7 @@
 
 #define GROUP_MAX (1u << 20)
 
-static uint64_t now_us(void)
+uint64_t eng_now_us(void)
 {
 	struct timespec ts;
 
@@ -48,7 +48,7 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static void deadline_in(struct timespec *ts, int ms)
+void eng_deadline_in(struct timespec *ts, int ms)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
 	ts->tv_sec += ms / 1000;
@@ -224,10 +224,10 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 			if (r)
 				break;
 			if (!stall_start) {
-				stall_start = now_us();
+				stall_start = eng_now_us();
 				atomic_fetch_add(&db->st_stalls, 1);
 			}
-			deadline_in(&ts, 100);
+			eng_deadline_in(&ts, 100);
 			pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 			continue;
 		}
@@ -257,7 +257,7 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 	}
 	pthread_mutex_unlock(&db->mu);
 	if (stall_start)
-		atomic_fetch_add(&db->st_stall_us, now_us() - stall_start);
+		atomic_fetch_add(&db->st_stall_us, eng_now_us() - stall_start);
 	return r;
 }
 
@@ -661,7 +661,7 @@ int eng_flush(eng_db *db)
 		r = flush_error(db, &retry);
 		if (r)
 			break;
-		deadline_in(&ts, 100);
+		eng_deadline_in(&ts, 100);
 		pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 	}
 	pthread_mutex_unlock(&db->mu);

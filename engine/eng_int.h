@@ -33,6 +33,12 @@
 #include "engine/eng.h"
 #include "memnode/mn_client.h"
 
+struct timespec;
+/* CLOCK_MONOTONIC in microseconds; an absolute CLOCK_REALTIME deadline ms
+ * from now for pthread_cond_timedwait (engine/db.c). */
+uint64_t eng_now_us(void);
+void eng_deadline_in(struct timespec *ts, int ms);
+
 /* Grow *arr (of elem-sized items, capacity *cap) to hold need items,
  * doubling.  0 or -ENOMEM (the array is unchanged then). */
 int eng_array_grow(void **arr, size_t *cap, size_t need, size_t elem);
@@ -297,6 +303,8 @@ struct eng_db {
 	_Atomic uint64_t st_flushes, st_flush_bytes, st_wal_bytes, st_wal_syncs;
 	_Atomic uint64_t st_stalls, st_stall_us;
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
+
+	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */
 };
 
 /* What a reader sees: memtables, version and sequence number, taken

@@ -1,0 +1,1024 @@
+/* engine/compaction.c — leveled compaction, chosen here, executed next to
+ * the data (dLSM §V), installed atomically.  Policy and rules:
+ * docs/compaction.md; merge rules: memnode/mn_compact.h.
+ *
+ * Picking (under db->mu, from db->current):
+ *   score(L0) = tables in L0 / l0_compaction_trigger
+ *   score(Ln) = bytes in Ln / target(n), target(1) = l1_target_bytes,
+ *               target(n+1) = target(n) * level_size_ratio
+ *   the highest score >= 1 wins (L0 on a tie).  L0 compacts ALL its tables
+ *   (so no older L0 table is left above the output) with the L1 tables that
+ *   overlap them; Ln compacts one table (round robin over the key space, a
+ *   compact pointer per level) with the Ln+1 tables that overlap it.  A lone
+ *   table with nothing below to merge with just moves down (one edit).
+ *   The output is the bottommost level for its range when no deeper level
+ *   holds a table overlapping it: only then may tombstones go.
+ *
+ * Execution, without engine locks.  The input key range is cut into CHUNKS
+ * at the boundaries of the lower level's tables so one request stays small
+ * (bounded work per RPC, bounded reply); each chunk is one MN_OP_COMPACT
+ * naming the inputs that overlap it (near-data), or a local merge of those
+ * inputs read with large READs and written back into slabs (compute mode).
+ * Near-data outputs are node extents: their index + filter are read with
+ * one READ per table (the tail) and cached.
+ *
+ * Installation: one edit (delete every input, add every output at the
+ * output level) logged to the manifest and applied as a new version
+ * (eng_install_edit).  Readers hold the version they started on, so they
+ * never see a half-installed result and inputs are freed only when the last
+ * version/iterator that reaches them lets go (engine/table.c).  Freed node
+ * extents go back in one batched mn_free_extents (eng_space_drain).
+ *
+ * Failure: nothing is installed; outputs are freed (node extents: by the
+ * node itself when the compaction fails there, by mn_free_extents when a
+ * later step fails here, else by the orphan sweep at the next open).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/coding.h"
+#include "common/err.h"
+#include "common/ikey.h"
+#include "common/log.h"
+#include "engine/compaction_int.h"
+#include "engine/eng_int.h"
+#include "memnode/mn_compact.h"
+#include "memnode/mn_proto.h"
+#include "net/rpc.h"
+
+#define COMP_RETRY_MS 200
+#define COMP_CHUNK_MAX (96ull << 20)  /* input bytes per request */
+#define COMP_OUT_MAX 256              /* expected outputs per request */
+#define PACE_SLOW_US 1000
+#define PACE_WAIT_MS 100
+
+struct eng_compaction {
+	struct eng_db *db;
+	pthread_t th;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;       /* work for the thread */
+	pthread_cond_t done_cv;  /* a compaction finished (pacing, compact_all) */
+	bool stop;               /* mu */
+	bool work;               /* mu */
+	uint64_t manual_req;     /* mu: compact_all requests */
+	uint64_t manual_done;    /* mu */
+	int manual_err;          /* mu */
+	uint64_t done;           /* mu: compactions finished (or failed) */
+	int last_err;            /* mu */
+	atomic_bool cancel;
+	/* thread only */
+	uint8_t *ptr[ENG_LEVELS];
+	size_t ptr_len[ENG_LEVELS];
+	bool has_ptr[ENG_LEVELS];
+};
+
+/* ---------------------------------------------------------------- ranges */
+
+static const uint8_t *t_lo(const struct eng_table *t, size_t *len)
+{
+	*len = t->meta.smallest_len - IKEY_TRAILER_LEN;
+	return t->meta.smallest;
+}
+
+static const uint8_t *t_hi(const struct eng_table *t, size_t *len)
+{
+	*len = t->meta.largest_len - IKEY_TRAILER_LEN;
+	return t->meta.largest;
+}
+
+static bool t_empty(const struct eng_table *t)
+{
+	return !t->meta.smallest || t->meta.smallest_len < IKEY_TRAILER_LEN ||
+	       !t->meta.largest || t->meta.largest_len < IKEY_TRAILER_LEN;
+}
+
+/* A user-key range [lo, hi] (inclusive; NULL = unbounded). */
+struct krange {
+	const uint8_t *lo, *hi;
+	size_t lo_len, hi_len;
+	bool has;
+};
+
+static void range_add(struct krange *r, const struct eng_table *t)
+{
+	size_t l, h;
+	const uint8_t *lo, *hi;
+
+	if (t_empty(t))
+		return;
+	lo = t_lo(t, &l);
+	hi = t_hi(t, &h);
+	if (!r->has || ukey_cmp(lo, l, r->lo, r->lo_len) < 0) {
+		r->lo = lo;
+		r->lo_len = l;
+	}
+	if (!r->has || ukey_cmp(hi, h, r->hi, r->hi_len) > 0) {
+		r->hi = hi;
+		r->hi_len = h;
+	}
+	r->has = true;
+}
+
+static bool overlaps(const struct eng_table *t, const struct krange *r)
+{
+	size_t l, h;
+	const uint8_t *lo, *hi;
+
+	if (t_empty(t) || !r->has)
+		return false;
+	lo = t_lo(t, &l);
+	hi = t_hi(t, &h);
+	return ukey_cmp(lo, l, r->hi, r->hi_len) <= 0 && ukey_cmp(hi, h, r->lo, r->lo_len) >= 0;
+}
+
+/* ---------------------------------------------------------------- picking */
+
+struct pick {
+	int level, out;
+	struct eng_table **in; /* level's inputs first (na), then out level's */
+	size_t na, n;
+	bool bottom;
+	bool move;              /* trivial move of in[0] */
+	uint64_t bytes;
+};
+
+static void pick_release(struct pick *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		eng_table_unref(p->in[i]);
+	free(p->in);
+	memset(p, 0, sizeof(*p));
+}
+
+static int pick_push(struct pick *p, struct eng_table *t)
+{
+	struct eng_table **q = realloc(p->in, (p->n + 1) * sizeof(*q));
+
+	if (!q)
+		return -ENOMEM;
+	p->in = q;
+	eng_table_ref(t);
+	p->in[p->n++] = t;
+	p->bytes += t->len;
+	return 0;
+}
+
+static uint64_t level_bytes(const struct eng_version *v, int l)
+{
+	uint64_t b = 0;
+
+	for (size_t i = 0; i < v->nfiles[l]; i++)
+		b += v->files[l][i]->len;
+	return b;
+}
+
+static uint64_t level_target(const struct eng_db *db, int l)
+{
+	uint64_t t = db->o.l1_target_bytes ? db->o.l1_target_bytes : (256ull << 20);
+	int ratio = db->o.level_size_ratio > 1 ? db->o.level_size_ratio : 10;
+
+	for (int i = 1; i < l; i++)
+		t *= (uint64_t)ratio;
+	return t;
+}
+
+/* Inputs for compacting `tables` of level l (already in p) into l+1. */
+static int pick_finish(struct eng_db *db, const struct eng_version *v, struct pick *p, int l)
+{
+	struct krange r = { 0 };
+	int rc = 0;
+
+	p->level = l;
+	p->out = l + 1;
+	p->na = p->n;
+	for (size_t i = 0; i < p->n; i++)
+		range_add(&r, p->in[i]);
+	for (size_t i = 0; i < v->nfiles[l + 1] && !rc; i++)
+		if (overlaps(v->files[l + 1][i], &r))
+			rc = pick_push(p, v->files[l + 1][i]);
+	if (rc)
+		return rc;
+	/* The output range is the union of every input's. */
+	for (size_t i = p->na; i < p->n; i++)
+		range_add(&r, p->in[i]);
+	p->bottom = true;
+	for (int d = l + 2; d < ENG_LEVELS && p->bottom; d++)
+		for (size_t i = 0; i < v->nfiles[d] && p->bottom; i++)
+			if (overlaps(v->files[d][i], &r))
+				p->bottom = false;
+	p->move = p->na == 1 && p->n == 1 && (l > 0 || v->nfiles[0] == 1);
+	(void)db;
+	return 0;
+}
+
+/* Round robin within level l >= 1: the first table after the pointer. */
+static struct eng_table *pick_table(struct eng_compaction *c, const struct eng_version *v, int l)
+{
+	if (!v->nfiles[l])
+		return NULL;
+	if (c->has_ptr[l]) {
+		for (size_t i = 0; i < v->nfiles[l]; i++) {
+			struct eng_table *t = v->files[l][i];
+			size_t n;
+			const uint8_t *lo;
+
+			if (t_empty(t))
+				continue;
+			lo = t_lo(t, &n);
+			if (ukey_cmp(lo, n, c->ptr[l], c->ptr_len[l]) > 0)
+				return t;
+		}
+	}
+	return v->files[l][0];
+}
+
+static void set_ptr(struct eng_compaction *c, int l, const struct eng_table *t)
+{
+	size_t n;
+	const uint8_t *hi;
+	uint8_t *q;
+
+	if (t_empty(t))
+		return;
+	hi = t_hi(t, &n);
+	q = realloc(c->ptr[l], n ? n : 1);
+	if (!q)
+		return;
+	memcpy(q, hi, n);
+	c->ptr[l] = q;
+	c->ptr_len[l] = n;
+	c->has_ptr[l] = true;
+}
+
+/* Automatic pick.  Caller holds db->mu.  1 with *p filled, 0 nothing to do. */
+static int pick_auto(struct eng_db *db, struct pick *p)
+{
+	struct eng_compaction *c = db->comp;
+	const struct eng_version *v = db->current;
+	int trig = db->o.l0_compaction_trigger > 0 ? db->o.l0_compaction_trigger : 4;
+	double best = (double)v->nfiles[0] / trig;
+	int lvl = 0, r = 0;
+
+	for (int l = 1; l < ENG_LEVELS - 1; l++) {
+		double s = (double)level_bytes(v, l) / (double)level_target(db, l);
+
+		if (s > best) {
+			best = s;
+			lvl = l;
+		}
+	}
+	if (best < 1.0)
+		return 0;
+	if (lvl == 0) {
+		for (size_t i = 0; i < v->nfiles[0] && !r; i++)
+			r = pick_push(p, v->files[0][i]);
+	} else {
+		struct eng_table *t = pick_table(c, v, lvl);
+
+		r = pick_push(p, t);
+		if (!r)
+			set_ptr(c, lvl, t);
+	}
+	if (!r)
+		r = pick_finish(db, v, p, lvl);
+	if (r) {
+		pick_release(p);
+		return r;
+	}
+	return 1;
+}
+
+/* Manual (compact_all): the whole of the first non-empty level above the
+ * deepest non-empty one.  Caller holds db->mu.  1 or 0 when done. */
+static int pick_manual(struct eng_db *db, struct pick *p)
+{
+	const struct eng_version *v = db->current;
+	int deepest = -1, r = 0;
+
+	for (int l = 0; l < ENG_LEVELS; l++)
+		if (v->nfiles[l])
+			deepest = l;
+	if (deepest < 0)
+		return 0;
+	if (deepest == 0)
+		deepest = 1; /* everything in L0: merge it into L1 */
+	for (int l = 0; l < deepest; l++) {
+		if (!v->nfiles[l])
+			continue;
+		for (size_t i = 0; i < v->nfiles[l] && !r; i++)
+			r = pick_push(p, v->files[l][i]);
+		if (!r)
+			r = pick_finish(db, v, p, l);
+		if (!r)
+			p->move = false; /* merge: drops what the bottom no longer needs */
+		if (r) {
+			pick_release(p);
+			return r;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- outputs */
+
+struct out {
+	uint64_t number, off, len, data_len;
+	int owner;
+	struct eng_table *t;
+};
+
+struct outs {
+	struct out *o;
+	size_t n, cap;
+};
+
+static int outs_add(struct outs *os, const struct out *x)
+{
+	int r = eng_array_grow((void **)&os->o, &os->cap, os->n + 1, sizeof(*os->o));
+
+	if (!r)
+		os->o[os->n++] = *x;
+	return r;
+}
+
+/* Give back every output's space (compaction failed or was cancelled). */
+static void outs_discard(struct eng_db *db, struct outs *os)
+{
+	struct mn_extent *ex = calloc(os->n ? os->n : 1, sizeof(*ex));
+	size_t nn = 0;
+
+	pthread_mutex_lock(&db->man_mu);
+	for (size_t i = 0; i < os->n; i++) {
+		struct out *x = &os->o[i];
+
+		if (x->t) {
+			eng_table_unref(x->t);
+			x->t = NULL;
+		}
+		if (x->owner == ENG_TABLE_SLAB)
+			eng_space_put(db, x->off, x->len);
+		else if (ex)
+			ex[nn++] = (struct mn_extent){ x->off, eng_node_extent_len(x->len) };
+	}
+	pthread_mutex_unlock(&db->man_mu);
+	if (nn && mn_free_extents(db->mc, ex, nn))
+		dkv_warn("compaction: %zu outputs not freed (the next open reclaims them)", nn);
+	free(ex);
+	free(os->o);
+	memset(os, 0, sizeof(*os));
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+/* A chunk: user-key range [lo, hi) (NULL = unbounded) of one compaction. */
+struct chunk {
+	const uint8_t *lo, *hi;
+	size_t lo_len, hi_len;
+};
+
+static bool in_chunk(const struct eng_table *t, const struct chunk *ch)
+{
+	size_t l, h;
+	const uint8_t *lo, *hi;
+
+	if (t_empty(t))
+		return false;
+	lo = t_lo(t, &l);
+	hi = t_hi(t, &h);
+	if (ch->hi && ukey_cmp(lo, l, ch->hi, ch->hi_len) >= 0)
+		return false;
+	if (ch->lo && ukey_cmp(hi, h, ch->lo, ch->lo_len) < 0)
+		return false;
+	return true;
+}
+
+/* Cut the compaction at the out level's table boundaries so each chunk
+ * carries at most ~COMP_CHUNK_MAX input bytes (upper tables counted pro
+ * rata) and ~COMP_OUT_MAX outputs.  *nch chunks in *out (malloc'ed). */
+static int make_chunks(struct eng_db *db, const struct pick *p, struct chunk **out, size_t *nch)
+{
+	size_t nb = p->n - p->na, n = 0;
+	uint64_t tgt = db->o.target_table_bytes ? db->o.target_table_bytes : (32ull << 20);
+	uint64_t max = COMP_CHUNK_MAX, upper = 0, acc = 0;
+	struct chunk *ch = calloc(nb + 1, sizeof(*ch));
+
+	if (!ch)
+		return -ENOMEM;
+	if (tgt * COMP_OUT_MAX < max)
+		max = tgt * COMP_OUT_MAX;
+	for (size_t i = 0; i < p->na; i++)
+		upper += p->in[i]->len;
+	for (size_t i = 0; i < nb; i++) {
+		const struct eng_table *t = p->in[p->na + i];
+
+		acc += t->len + upper / nb;
+		if (acc >= max && i + 1 < nb && !t_empty(p->in[p->na + i + 1])) {
+			size_t l;
+			const uint8_t *k = t_lo(p->in[p->na + i + 1], &l);
+
+			ch[n].hi = k;
+			ch[n].hi_len = l;
+			ch[n + 1].lo = k;
+			ch[n + 1].lo_len = l;
+			n++;
+			acc = 0;
+		}
+	}
+	*out = ch;
+	*nch = n + 1;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- near-data */
+
+/* A table's bytes over the transport, counted as compaction traffic. */
+struct comp_src {
+	struct eng_db *db;
+	uint64_t off, len;
+};
+
+static int comp_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+	struct comp_src *ts = ctx;
+	int r;
+
+	if (off > ts->len || len > ts->len - off)
+		return -EBADMSG;
+	r = mn_read(ts->db->mc, ts->off + off, buf, len);
+	if (!r)
+		atomic_fetch_add(&ts->db->st_comp_net, len);
+	return r;
+}
+
+static void *comp_buf_alloc(void *ctx, size_t len)
+{
+	struct comp_src *ts = ctx;
+
+	return mn_buf_alloc(ts->db->mc, len);
+}
+
+static void comp_buf_free(void *ctx, void *p)
+{
+	struct comp_src *ts = ctx;
+
+	mn_buf_free(ts->db->mc, p);
+}
+
+/* Cache a node-made table: one READ of its tail (index + filter + meta). */
+static int open_output(struct eng_db *db, struct out *x)
+{
+	struct comp_src ts = { db, x->off, x->len };
+	struct sst_source src = { 0 };
+	struct sst_index *idx = NULL;
+	int r;
+
+	src.read = comp_read;
+	src.ctx = &ts;
+	src.buf_alloc = comp_buf_alloc;
+	src.buf_free = comp_buf_free;
+	src.size = x->len;
+	r = sst_index_load(&src, x->data_len, &idx);
+	if (!r) {
+		r = eng_table_adopt(db, x->number, x->off, x->len, x->owner, idx, &x->t);
+		if (r)
+			sst_index_destroy(idx);
+	}
+	return r;
+}
+
+static void snap_list(struct eng_db *db, uint64_t **out, size_t *n)
+{
+	size_t cnt = 0, i = 0;
+	uint64_t *s;
+
+	pthread_mutex_lock(&db->mu);
+	for (struct eng_snapshot *x = db->snaps.next; x != &db->snaps; x = x->next)
+		cnt++;
+	s = malloc((cnt ? cnt : 1) * sizeof(*s));
+	for (struct eng_snapshot *x = db->snaps.next; s && x != &db->snaps; x = x->next)
+		s[i++] = x->seq;
+	pthread_mutex_unlock(&db->mu);
+	*out = s;
+	*n = s ? cnt : 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int run_memnode(struct eng_db *db, const struct pick *p, const struct chunk *ch,
+		       const uint64_t *snaps, size_t nsnaps, struct outs *os)
+{
+	uint8_t req[MN_COMPACT_REQ] = { 0 };
+	uint8_t *arg = NULL, *rep = NULL, *q;
+	size_t nin = 0, alen, rl = 0;
+	uint32_t nout;
+	int r;
+
+	for (size_t i = 0; i < p->n; i++)
+		nin += in_chunk(p->in[i], ch);
+	if (!nin)
+		return 0;
+	alen = nin * MN_COMPACT_IN_WIRE + nsnaps * 8 + (ch->lo ? ch->lo_len : 0) +
+	       (ch->hi ? ch->hi_len : 0);
+	arg = mn_buf_alloc(db->mc, alen);
+	rep = malloc(RPC_REPLY_MAX);
+	if (!arg || !rep) {
+		r = -ENOMEM;
+		goto out;
+	}
+	put_u16(req, MN_COMPACT_VERSION);
+	put_u16(req + 2, p->bottom ? MN_COMPACT_BOTTOM : 0);
+	put_u32(req + 4, (uint32_t)nin);
+	put_u32(req + 8, (uint32_t)nsnaps);
+	put_u32(req + 12, (uint32_t)db->o.bloom_bits_per_key);
+	put_u64(req + 16, db->o.target_table_bytes);
+	put_u32(req + 24, ch->lo ? (uint32_t)ch->lo_len : 0);
+	put_u32(req + 28, ch->hi ? (uint32_t)ch->hi_len : 0);
+	put_u32(req + 32, (ch->lo ? 1u : 0) | (ch->hi ? 2u : 0));
+	q = arg;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct eng_table *t = p->in[i];
+
+		if (!in_chunk(t, ch))
+			continue;
+		put_u64(q, t->off);
+		put_u64(q + 8, t->len);
+		put_u64(q + 16, t->meta.data_len);
+		put_u32(q + 24, (uint32_t)(i < p->na ? p->level : p->out));
+		put_u32(q + 28, 0);
+		q += MN_COMPACT_IN_WIRE;
+	}
+	for (size_t i = 0; i < nsnaps; i++, q += 8)
+		put_u64(q, snaps[i]);
+	if (ch->lo) {
+		memcpy(q, ch->lo, ch->lo_len);
+		q += ch->lo_len;
+	}
+	if (ch->hi)
+		memcpy(q, ch->hi, ch->hi_len);
+	r = mn_call(db->mc, MN_OP_COMPACT, req, sizeof(req), arg, alen, rep, RPC_REPLY_MAX, &rl);
+	if (r)
+		goto out;
+	if (rl < MN_COMPACT_REP_HDR ||
+	    (nout = get_u32(rep)) != (rl - MN_COMPACT_REP_HDR) / MN_COMPACT_OUT_WIRE ||
+	    rl != MN_COMPACT_REP_HDR + (size_t)nout * MN_COMPACT_OUT_WIRE) {
+		r = -EPROTO;
+		goto out;
+	}
+	atomic_fetch_add(&db->st_comp_net, RPC_REQ_HDR + sizeof(req) + alen + RPC_REPLY_HDR + rl);
+	atomic_fetch_add(&db->st_comp_read, get_u64(rep + 8));
+	atomic_fetch_add(&db->st_comp_written, get_u64(rep + 16));
+	for (uint32_t i = 0; i < nout; i++) {
+		const uint8_t *e = rep + MN_COMPACT_REP_HDR + (size_t)i * MN_COMPACT_OUT_WIRE;
+		struct out x = { 0 };
+
+		x.off = get_u64(e);
+		x.len = get_u64(e + 8);
+		x.data_len = get_u64(e + 16);
+		x.owner = ENG_TABLE_NODE;
+		pthread_mutex_lock(&db->man_mu);
+		x.number = db->next_number++;
+		pthread_mutex_unlock(&db->man_mu);
+		if (x.off < MN_HDR_SIZE || x.len < SST_FOOTER_SIZE || x.data_len > x.len) {
+			r = -EPROTO;
+			x.t = NULL;
+		}
+		/* Recorded first so a failure below still frees it. */
+		if (outs_add(os, &x)) {
+			struct mn_extent e1 = { x.off, eng_node_extent_len(x.len) };
+
+			mn_free_extents(db->mc, &e1, 1);
+			r = -ENOMEM;
+		}
+		if (!r)
+			r = open_output(db, &os->o[os->n - 1]);
+		/* keep collecting the rest so every output can be freed */
+	}
+out:
+	mn_buf_free(db->mc, arg);
+	free(rep);
+	return r;
+}
+
+/* ---------------------------------------------------------------- compute */
+
+struct compute_ctx {
+	struct eng_db *db;
+	struct outs *os;
+};
+
+static bool comp_cancelled(void *ctx)
+{
+	struct compute_ctx *cc = ctx;
+
+	return atomic_load(&cc->db->comp->cancel);
+}
+
+/* Write one finished table into slab space and adopt its index. */
+static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const struct sst_meta *meta,
+			      struct sst_index **idx)
+{
+	struct compute_ctx *cc = ctx;
+	struct eng_db *db = cc->db;
+	struct out x = { 0 };
+	int r;
+
+	pthread_mutex_lock(&db->man_mu);
+	r = eng_space_get(db, len, &x.off);
+	x.number = db->next_number++;
+	pthread_mutex_unlock(&db->man_mu);
+	if (r)
+		return r;
+	x.len = len;
+	x.data_len = meta->data_len;
+	x.owner = ENG_TABLE_SLAB;
+	r = outs_add(cc->os, &x);
+	if (r) {
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_put(db, x.off, len);
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
+	r = mn_write(db->mc, x.off, p, len);
+	if (r)
+		return r;
+	atomic_fetch_add(&db->st_comp_net, len);
+	atomic_fetch_add(&db->st_comp_written, len);
+	r = eng_table_adopt(db, x.number, x.off, len, ENG_TABLE_SLAB, *idx,
+			    &cc->os->o[cc->os->n - 1].t);
+	if (!r)
+		*idx = NULL;
+	return r;
+}
+
+static int run_compute(struct eng_db *db, const struct pick *p, const struct chunk *ch,
+		       const uint64_t *snaps, size_t nsnaps, struct outs *os)
+{
+	struct dkv_iter **kids = calloc(p->n ? p->n : 1, sizeof(*kids));
+	struct comp_src *ps = calloc(p->n ? p->n : 1, sizeof(*ps));
+	struct dkv_iter *mi = NULL;
+	struct mn_merge_opts mo = { 0 };
+	struct compute_ctx cc = { db, os };
+	size_t n = 0;
+	int r = 0;
+
+	if (!kids || !ps) {
+		free(kids);
+		free(ps);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < p->n && !r; i++) {
+		struct sst_source src = { 0 };
+		struct sst_iter_opts io = { 1u << 20 }; /* large READs */
+
+		if (!in_chunk(p->in[i], ch))
+			continue;
+		ps[n] = (struct comp_src){ db, p->in[i]->off, p->in[i]->len };
+		src.read = comp_read;
+		src.ctx = &ps[n];
+		src.buf_alloc = comp_buf_alloc;
+		src.buf_free = comp_buf_free;
+		src.size = p->in[i]->len;
+		r = sst_iter_create(p->in[i]->idx, &src, &io, &kids[n]);
+		if (!r) {
+			atomic_fetch_add(&db->st_comp_read, p->in[i]->len);
+			n++;
+		}
+	}
+	if (r) {
+		for (size_t i = 0; i < n; i++)
+			dkv_iter_destroy(kids[i]);
+		goto out;
+	}
+	r = dkv_merge_iter_create(kids, (int)n, NULL, &mi);
+	if (r)
+		goto out;
+	mo.snaps = snaps;
+	mo.nsnaps = nsnaps;
+	mo.bottommost = p->bottom;
+	mo.target_table_bytes = db->o.target_table_bytes;
+	mo.bits_per_key = db->o.bloom_bits_per_key;
+	mo.want_index = true;
+	mo.lo = ch->lo;
+	mo.lo_len = ch->lo_len;
+	mo.hi = ch->hi;
+	mo.hi_len = ch->hi_len;
+	mo.cancelled = comp_cancelled;
+	mo.table_done = compute_table_done;
+	mo.ctx = &cc;
+	r = mn_merge_run(mi, &mo, NULL);
+	dkv_iter_destroy(mi);
+out:
+	free(kids);
+	free(ps);
+	return r;
+}
+
+/* ---------------------------------------------------------------- install */
+
+static int install(struct eng_db *db, const struct pick *p, struct outs *os)
+{
+	struct eng_edit e = { 0 };
+	struct eng_table **added = NULL;
+	int r = 0;
+
+	if (p->move) {
+		struct eng_table *t = p->in[0];
+
+		r = eng_edit_del_table(&e, p->level, t->number);
+		if (!r)
+			r = eng_edit_add_table(&e, p->out, t->number, t->off, t->len, t->owner);
+		if (!r)
+			r = eng_install_edit(db, &e, &t, NULL);
+		/* The same handle lives on one level down: not obsolete. */
+		if (!r)
+			atomic_store(&t->obsolete, false);
+		eng_edit_release(&e);
+		return r;
+	}
+	added = calloc(os->n ? os->n : 1, sizeof(*added));
+	if (!added)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n && !r; i++)
+		r = eng_edit_del_table(&e, i < p->na ? p->level : p->out, p->in[i]->number);
+	for (size_t i = 0; i < os->n && !r; i++) {
+		added[i] = os->o[i].t;
+		r = eng_edit_add_table(&e, p->out, os->o[i].number, os->o[i].off, os->o[i].len,
+				       os->o[i].owner);
+	}
+	if (!r)
+		r = eng_install_edit(db, &e, added, NULL);
+	eng_edit_release(&e);
+	free(added);
+	return r;
+}
+
+/* One compaction, picked already.  0 or an error (nothing installed). */
+static int run_pick(struct eng_db *db, const struct pick *p)
+{
+	struct outs os = { 0 };
+	struct chunk *ch = NULL;
+	uint64_t *snaps = NULL;
+	size_t nch = 0, nsnaps = 0;
+	uint64_t t0 = eng_now_us(), out_bytes = 0;
+	int r;
+
+	if (p->move) {
+		r = install(db, p, NULL);
+		goto done;
+	}
+	snap_list(db, &snaps, &nsnaps);
+	if (!snaps)
+		return -ENOMEM;
+	qsort(snaps, nsnaps, sizeof(*snaps), cmp_u64);
+	r = make_chunks(db, p, &ch, &nch);
+	for (size_t i = 0; !r && i < nch; i++) {
+		if (atomic_load(&db->comp->cancel))
+			r = -ECANCELED;
+		else if (db->o.compaction == ENG_COMPACTION_COMPUTE)
+			r = run_compute(db, p, &ch[i], snaps, nsnaps, &os);
+		else
+			r = run_memnode(db, p, &ch[i], snaps, nsnaps, &os);
+	}
+	if (!r && atomic_load(&db->comp->cancel))
+		r = -ECANCELED;
+	if (!r)
+		r = install(db, p, &os);
+	for (size_t i = 0; i < os.n; i++)
+		out_bytes += os.o[i].len;
+	if (r) {
+		outs_discard(db, &os);
+	} else {
+		for (size_t i = 0; i < os.n; i++)
+			eng_table_unref(os.o[i].t); /* the version holds them now */
+		free(os.o);
+	}
+	free(ch);
+	free(snaps);
+done:
+	if (!r) {
+		atomic_fetch_add(&db->st_compactions, 1);
+		/* Freed inputs go back now (node extents: one batched request). */
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_drain(db);
+		pthread_mutex_unlock(&db->man_mu);
+		dkv_debug("compaction L%d->L%d: %zu+%zu tables, %llu -> %llu bytes%s%s, %llu us",
+			  p->level, p->out, p->na, p->n - p->na, (unsigned long long)p->bytes,
+			  (unsigned long long)out_bytes, p->bottom ? ", bottommost" : "",
+			  p->move ? ", moved" : "", (unsigned long long)(eng_now_us() - t0));
+	}
+	return r;
+}
+
+/* ---------------------------------------------------------------- thread */
+
+/* Pick and run one compaction: 1 done, 0 nothing to do, <0 error. */
+static int compact_once(struct eng_db *db, bool manual)
+{
+	struct pick p = { 0 };
+	int r;
+
+	pthread_mutex_lock(&db->mu);
+	r = manual ? pick_manual(db, &p) : pick_auto(db, &p);
+	pthread_mutex_unlock(&db->mu);
+	if (r <= 0)
+		return r;
+	r = run_pick(db, &p);
+	pick_release(&p);
+	return r ? r : 1;
+}
+
+static void *comp_main(void *arg)
+{
+	struct eng_db *db = arg;
+	struct eng_compaction *c = db->comp;
+	int r = 0;
+
+	pthread_setname_np(pthread_self(), "eng-compact");
+	pthread_mutex_lock(&c->mu);
+	while (!c->stop) {
+		uint64_t manual = c->manual_req;
+		bool is_manual = manual > c->manual_done;
+
+		if (!is_manual && !c->work) {
+			pthread_cond_wait(&c->cv, &c->mu);
+			continue;
+		}
+		c->work = false;
+		pthread_mutex_unlock(&c->mu);
+
+		if (is_manual) {
+			/* Automatic work first would race the manual order;
+			 * compact_all simply drains every level downwards. */
+			do
+				r = compact_once(db, true);
+			while (r == 1 && !atomic_load(&c->cancel));
+		} else {
+			r = compact_once(db, false);
+		}
+
+		pthread_mutex_lock(&c->mu);
+		c->done++;
+		c->last_err = r < 0 ? r : 0;
+		if (is_manual) {
+			c->manual_done = manual;
+			c->manual_err = r < 0 ? r : 0;
+		}
+		if (r == 1)
+			c->work = true; /* maybe more */
+		pthread_cond_broadcast(&c->done_cv);
+		if (r < 0 && r != -ECANCELED && !c->stop) {
+			struct timespec ts;
+
+			dkv_warn("compaction failed: %s (will retry)", dkv_strerror(r));
+			eng_deadline_in(&ts, COMP_RETRY_MS);
+			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+			c->work = true;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+int eng_compaction_start(struct eng_db *db)
+{
+	struct eng_compaction *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	c->db = db;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	pthread_cond_init(&c->done_cv, NULL);
+	atomic_init(&c->cancel, false);
+	c->work = true; /* the recovered tree may need work */
+	db->comp = c;
+	if (db->o.compaction == ENG_COMPACTION_OFF)
+		return 0;
+	r = pthread_create(&c->th, NULL, comp_main, db);
+	if (r)
+		return -r;
+	c->started = true;
+	return 0;
+}
+
+void eng_compaction_stop(struct eng_db *db)
+{
+	struct eng_compaction *c = db ? db->comp : NULL;
+
+	if (!c)
+		return;
+	atomic_store(&c->cancel, true);
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_cond_broadcast(&c->done_cv);
+	pthread_mutex_unlock(&c->mu);
+	if (c->started)
+		pthread_join(c->th, NULL);
+	for (int l = 0; l < ENG_LEVELS; l++)
+		free(c->ptr[l]);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	pthread_cond_destroy(&c->done_cv);
+	db->comp = NULL;
+	free(c);
+}
+
+void eng_compaction_maybe_schedule(struct eng_db *db)
+{
+	struct eng_compaction *c = db->comp;
+
+	if (!c || !c->started)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->work = true;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static size_t l0_tables(struct eng_db *db)
+{
+	size_t n;
+
+	pthread_mutex_lock(&db->mu);
+	n = db->current ? db->current->nfiles[0] : 0;
+	pthread_mutex_unlock(&db->mu);
+	return n;
+}
+
+int eng_compaction_pace(struct eng_db *db)
+{
+	struct eng_compaction *c = db->comp;
+	int slow = db->o.l0_slowdown_trigger, stop = db->o.l0_stop_trigger;
+	uint64_t t0, deadline;
+	size_t n;
+
+	if (!c || !c->started)
+		return 0;
+	n = l0_tables(db);
+	if (slow <= 0 || n < (size_t)slow)
+		return 0;
+	t0 = eng_now_us();
+	atomic_fetch_add(&db->st_stalls, 1);
+	if (stop <= 0 || n < (size_t)stop) {
+		struct timespec ts = { 0, PACE_SLOW_US * 1000L };
+
+		nanosleep(&ts, NULL);
+		atomic_fetch_add(&db->st_stall_us, eng_now_us() - t0);
+		return 0;
+	}
+	/* Stop: wait for compaction to bring L0 down.  Bounded, so a failing
+	 * compaction (node full) slows writers but never wedges them. */
+	deadline = t0 + (uint64_t)(db->o.op_timeout_ms > 0 ? db->o.op_timeout_ms : 5000) * 4000u;
+	pthread_mutex_lock(&c->mu);
+	while (!c->stop && eng_now_us() < deadline) {
+		struct timespec ts;
+
+		c->work = true;
+		pthread_cond_signal(&c->cv);
+		eng_deadline_in(&ts, PACE_WAIT_MS);
+		pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
+		pthread_mutex_unlock(&c->mu);
+		n = l0_tables(db);
+		pthread_mutex_lock(&c->mu);
+		if (n < (size_t)stop)
+			break;
+	}
+	pthread_mutex_unlock(&c->mu);
+	atomic_fetch_add(&db->st_stall_us, eng_now_us() - t0);
+	return 0;
+}
+
+int eng_compaction_all(struct eng_db *db)
+{
+	struct eng_compaction *c;
+	uint64_t ticket;
+	int r;
+
+	if (!db)
+		return -EINVAL;
+	if (db->read_only)
+		return 0;
+	r = eng_flush(db);
+	c = db->comp;
+	if (r || !c || !c->started)
+		return r;
+	pthread_mutex_lock(&c->mu);
+	ticket = ++c->manual_req;
+	pthread_cond_signal(&c->cv);
+	while (c->manual_done < ticket && !c->stop)
+		pthread_cond_wait(&c->done_cv, &c->mu);
+	r = c->manual_done >= ticket ? c->manual_err : -ECANCELED;
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
