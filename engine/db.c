@@ -36,6 +36,7 @@
 #include "common/err.h"
 #include "common/ikey.h"
 #include "common/log.h"
+#include "engine/compaction_int.h"
 #include "engine/eng_int.h"
 
 #define GROUP_MAX (1u << 20)
@@ -100,7 +101,7 @@ void eng_space_drain(struct eng_db *db)
 		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
 			eng_alloc_put(db->alloc, p[i].off, p[i].len);
 		else if (node)
-			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
+			node[nn++] = (struct mn_extent){ p[i].off, eng_node_extent_len(p[i].len) };
 	}
 	if (nn && mn_free_extents(db->mc, node, nn))
 		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
@@ -134,6 +135,56 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 	}
 	db->slabs[db->nslabs++] = slab;
 	return eng_alloc_get(db->alloc, len, off);
+}
+
+static void slab_list_remove(struct eng_db *db, uint64_t off)
+{
+	for (size_t i = 0; i < db->nslabs; i++) {
+		if (db->slabs[i].off != off)
+			continue;
+		if (i < db->nslabs_logged) {
+			/* keep [0, nslabs_logged) exactly the logged ones */
+			db->slabs[i] = db->slabs[db->nslabs_logged - 1];
+			db->slabs[db->nslabs_logged - 1] = db->slabs[db->nslabs - 1];
+			db->nslabs_logged--;
+		} else {
+			db->slabs[i] = db->slabs[db->nslabs - 1];
+		}
+		db->nslabs--;
+		return;
+	}
+}
+
+void eng_space_trim(struct eng_db *db)
+{
+	struct mn_extent s;
+
+	eng_space_drain(db);
+	while (eng_alloc_take_empty(db->alloc, db->o.slab_size, &s) == 0) {
+		struct eng_edit e = { 0 };
+		int r;
+
+		/* Out of the list first: a manifest rewrite triggered by this
+		 * append must not snapshot the slab as owned. */
+		slab_list_remove(db, s.off);
+		r = eng_edit_free_slab(&e, s.off, s.len);
+		if (!r)
+			r = eng_manifest_log(db, &e);
+		eng_edit_release(&e);
+		if (r) {
+			/* Still ours: put it back (logged again with the next
+			 * record, which is harmless). */
+			if (!eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,
+					    sizeof(*db->slabs)))
+				db->slabs[db->nslabs++] = s;
+			eng_alloc_add_slab(db->alloc, s.off, s.len);
+			return;
+		}
+		/* If this fails the slab is an orphan the next open frees. */
+		if (mn_free_slab(db->mc, s.off))
+			dkv_warn("could not give slab %llu back to the node",
+				 (unsigned long long)s.off);
+	}
 }
 
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
@@ -176,6 +227,7 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 	pthread_mutex_unlock(&db->mu);
 	if (e->has_wal_min)
 		eng_wal_release_below(db, e->wal_min);
+	eng_space_trim(db);
 	pthread_mutex_unlock(&db->man_mu);
 	eng_version_unref(old);
 	eng_mem_unref(flushed);
@@ -309,6 +361,7 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		if (w == last)
 			break;
 	}
+	eng_compaction_pace(db); /* L0 slowdown/stop: never fails */
 	r = make_room(db, g->len * 2, false);
 	if (r)
 		return r;
@@ -679,9 +732,7 @@ int eng_sync(eng_db *db)
 
 int eng_compact_all(eng_db *db)
 {
-	/* Compaction (engine/compaction.c) replaces this; until then every
-	 * table stays in level 0 and "compact" means "flush". */
-	return eng_flush(db);
+	return eng_compaction_all(db); /* engine/compaction.c */
 }
 
 /* ---------------------------------------------------------------- stats */

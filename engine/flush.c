@@ -25,6 +25,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "engine/compaction_int.h"
 #include "engine/eng_int.h"
 
 #define FLUSH_NBUF 4
@@ -215,6 +216,7 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 		goto out_space;
 	}
 	eng_table_unref(t); /* the version holds it now */
+	eng_compaction_maybe_schedule(db);
 	atomic_fetch_add(&db->st_flushes, 1);
 	atomic_fetch_add(&db->st_flush_bytes, meta.size);
 	dkv_debug("flushed memtable: table %llu, %llu records, %llu bytes",

@@ -24,6 +24,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "engine/compaction_int.h"
 #include "engine/eng_int.h"
 
 static int cmp_seg(const void *a, const void *b)
@@ -250,6 +251,9 @@ int eng_open(const struct eng_options *o, eng_db **out)
 			goto fail;
 		}
 		db->flush_thread_started = true;
+		r = eng_compaction_start(db);
+		if (r)
+			goto fail;
 	}
 	eng_edit_release(&st);
 	dkv_debug("volume %s opened: %llu entries recovered from the WAL, last seq %llu",
@@ -269,6 +273,7 @@ int eng_close(eng_db *db)
 
 	if (!db)
 		return 0;
+	eng_compaction_stop(db); /* first: it installs edits */
 	if (db->flush_thread_started) {
 		pthread_mutex_lock(&db->mu);
 		db->stop = true;
