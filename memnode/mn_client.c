@@ -41,11 +41,26 @@ struct mn_ext {
 	unsigned access;
 };
 
+/* A bounce buffer in flight (pool memory + its registration). */
 struct mn_buf {
 	void *p;
-	size_t len, map_len;
+	size_t len;
 	struct net_mr *mr;
 };
+
+/* A registered area: a pool chunk (cls >= 0, carved into buffers of one size
+ * class) or one large buffer (cls -1).  Sorted by address for lookups. */
+struct mn_area {
+	uintptr_t addr;
+	size_t len;
+	struct net_mr *mr;
+	int cls;
+};
+
+#define POOL_MIN_SHIFT 12                  /* 4 KiB */
+#define POOL_MAX_SHIFT 20                  /* 1 MiB */
+#define POOL_CLASSES   (POOL_MAX_SHIFT - POOL_MIN_SHIFT + 1)
+#define POOL_CHUNK_MIN (256u << 10)
 
 struct mn_client {
 	struct mn_client_opts o;
@@ -64,9 +79,10 @@ struct mn_client {
 	size_t next, extcap;
 	struct net_stats closed;   /* counters of past connections */
 
-	pthread_mutex_t block;
-	struct mn_buf *bufs;
-	size_t nbufs, bufcap;
+	pthread_mutex_t block;     /* the registered-buffer pool */
+	struct mn_area *areas;
+	size_t nareas, areacap;
+	void *freel[POOL_CLASSES]; /* free buffers, linked through their first word */
 };
 
 static int map_err(int rc)
@@ -77,106 +93,170 @@ static int map_err(int rc)
 }
 
 /* ------------------------------------------------------- registered bufs */
+/*
+ * Buffers up to 1 MiB come from per-size-class pools of registered chunks
+ * (power-of-two classes from 4 KiB, page aligned), so mn_buf_alloc, bounce
+ * copies and lookups cost no registration; larger ones are mapped and
+ * registered one by one.  Chunks stay registered until mn_client_close.
+ * Lookups (is this pointer registered, under which key?) binary-search the
+ * few areas.  All under c->block.
+ */
 
-static struct mn_buf *buf_new(struct mn_client *c, size_t len)
+static int pool_class(size_t len)
 {
-	struct mn_buf *b = calloc(1, sizeof(*b));
-	size_t pg = 4096;
+	int cls = 0;
 
-	if (!b)
-		return NULL;
-	b->len = len;
-	b->map_len = (len + pg - 1) & ~(pg - 1);
-	if (!b->map_len)
-		b->map_len = pg;
-	b->p = mmap(NULL, b->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (b->p == MAP_FAILED)
-		goto out_free;
-	if (net_reg_mr(c->dom, b->p, b->map_len,
-		       NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &b->mr))
-		goto out_unmap;
-	return b;
-
-out_unmap:
-	munmap(b->p, b->map_len);
-out_free:
-	free(b);
-	return NULL;
+	while (((size_t)1 << (POOL_MIN_SHIFT + cls)) < len)
+		cls++;
+	return cls;
 }
 
-static void buf_del(struct mn_buf *b)
+/* Index of the area holding address a, or -1. Lock held. */
+static ssize_t area_find(struct mn_client *c, uintptr_t a)
 {
-	if (!b)
-		return;
-	net_dereg_mr(b->mr);
-	munmap(b->p, b->map_len);
-	free(b);
-}
+	size_t lo = 0, hi = c->nareas;
 
-void *mn_buf_alloc(struct mn_client *c, size_t len)
-{
-	struct mn_buf *b = buf_new(c, len);
-	void *p;
-
-	if (!b)
-		return NULL;
-	pthread_mutex_lock(&c->block);
-	if (c->nbufs == c->bufcap) {
-		size_t nc = c->bufcap ? c->bufcap * 2 : 16;
-		struct mn_buf *nb = realloc(c->bufs, nc * sizeof(*nb));
-		if (!nb) {
-			pthread_mutex_unlock(&c->block);
-			buf_del(b);
-			return NULL;
-		}
-		c->bufs = nb;
-		c->bufcap = nc;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (a < c->areas[mid].addr)
+			hi = mid;
+		else if (a >= c->areas[mid].addr + c->areas[mid].len)
+			lo = mid + 1;
+		else
+			return (ssize_t)mid;
 	}
-	c->bufs[c->nbufs++] = *b;
-	pthread_mutex_unlock(&c->block);
-	p = b->p;
-	free(b);
+	return -1;
+}
+
+/* Map and register len bytes as a new area. Lock held. */
+static void *area_new(struct mn_client *c, size_t len, int cls)
+{
+	struct mn_area ar = { 0, len, NULL, cls };
+	void *p;
+	size_t i;
+
+	if (c->nareas == c->areacap) {
+		size_t nc = c->areacap ? c->areacap * 2 : 16;
+		struct mn_area *na = realloc(c->areas, nc * sizeof(*na));
+		if (!na)
+			return NULL;
+		c->areas = na;
+		c->areacap = nc;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (net_reg_mr(c->dom, p, len, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &ar.mr)) {
+		munmap(p, len);
+		return NULL;
+	}
+	ar.addr = (uintptr_t)p;
+	for (i = c->nareas; i > 0 && c->areas[i - 1].addr > ar.addr; i--)
+		c->areas[i] = c->areas[i - 1];
+	c->areas[i] = ar;
+	c->nareas++;
 	return p;
 }
 
-void mn_buf_free(struct mn_client *c, void *p)
+static void area_del(struct mn_client *c, size_t i)
 {
-	struct mn_buf b = { 0 };
-	bool found = false;
-
-	if (!p)
-		return;
-	pthread_mutex_lock(&c->block);
-	for (size_t i = 0; i < c->nbufs; i++)
-		if (c->bufs[i].p == p) {
-			b = c->bufs[i];
-			c->bufs[i] = c->bufs[--c->nbufs];
-			found = true;
-			break;
-		}
-	pthread_mutex_unlock(&c->block);
-	if (found) {
-		net_dereg_mr(b.mr);
-		munmap(b.p, b.map_len);
-	}
+	net_dereg_mr(c->areas[i].mr);
+	munmap((void *)c->areas[i].addr, c->areas[i].len);
+	memmove(&c->areas[i], &c->areas[i + 1], (c->nareas - i - 1) * sizeof(*c->areas));
+	c->nareas--;
 }
 
-/* The registration holding [p, p+len), or NULL. */
+static void *pool_alloc(struct mn_client *c, size_t len)
+{
+	void *p = NULL;
+	int cls;
+
+	if (!len)
+		len = 1;
+	pthread_mutex_lock(&c->block);
+	if (len > ((size_t)1 << POOL_MAX_SHIFT)) {
+		p = area_new(c, (len + 4095) & ~(size_t)4095, -1);
+		goto out;
+	}
+	cls = pool_class(len);
+	if (!c->freel[cls]) {
+		size_t bsz = (size_t)1 << (POOL_MIN_SHIFT + cls);
+		size_t csz = bsz * 4 > POOL_CHUNK_MIN ? bsz * 4 : POOL_CHUNK_MIN;
+		uint8_t *chunk = area_new(c, csz, cls);
+		if (!chunk)
+			goto out;
+		for (size_t o = csz; o >= bsz; o -= bsz) {
+			*(void **)(chunk + o - bsz) = c->freel[cls];
+			c->freel[cls] = chunk + o - bsz;
+		}
+	}
+	p = c->freel[cls];
+	c->freel[cls] = *(void **)p;
+out:
+	pthread_mutex_unlock(&c->block);
+	return p;
+}
+
+/* The registration of [p, p+len) if all of it is registered, else NULL. */
 static struct net_mr *buf_find(struct mn_client *c, const void *p, size_t len)
 {
 	struct net_mr *mr = NULL;
 	uintptr_t a = (uintptr_t)p;
+	ssize_t i;
 
 	pthread_mutex_lock(&c->block);
-	for (size_t i = 0; i < c->nbufs; i++) {
-		uintptr_t b = (uintptr_t)c->bufs[i].p;
-		if (a >= b && a - b <= c->bufs[i].map_len && len <= c->bufs[i].map_len - (a - b)) {
-			mr = c->bufs[i].mr;
-			break;
-		}
-	}
+	i = area_find(c, a);
+	if (i >= 0 && len <= c->areas[i].addr + c->areas[i].len - a)
+		mr = c->areas[i].mr;
 	pthread_mutex_unlock(&c->block);
 	return mr;
+}
+
+void *mn_buf_alloc(struct mn_client *c, size_t len)
+{
+	return pool_alloc(c, len);
+}
+
+void mn_buf_free(struct mn_client *c, void *p)
+{
+	ssize_t i;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&c->block);
+	i = area_find(c, (uintptr_t)p);
+	if (i >= 0 && c->areas[i].cls >= 0) {
+		*(void **)p = c->freel[c->areas[i].cls];
+		c->freel[c->areas[i].cls] = p;
+	} else if (i >= 0 && c->areas[i].addr == (uintptr_t)p) {
+		area_del(c, (size_t)i);
+	}
+	pthread_mutex_unlock(&c->block);
+}
+
+static struct mn_buf *buf_new(struct mn_client *c, size_t len)
+{
+	struct mn_buf *b = malloc(sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->p = pool_alloc(c, len);
+	b->mr = b->p ? buf_find(c, b->p, len) : NULL;
+	if (!b->mr) {
+		mn_buf_free(c, b->p);
+		free(b);
+		return NULL;
+	}
+	b->len = len;
+	return b;
+}
+
+static void buf_del(struct mn_client *c, struct mn_buf *b)
+{
+	if (!b)
+		return;
+	mn_buf_free(c, b->p);
+	free(b);
 }
 
 /* ------------------------------------------------------------ extents */
@@ -531,11 +611,9 @@ void mn_client_close(struct mn_client *c)
 	pthread_mutex_lock(&c->lock);
 	chan_drop(c);
 	pthread_mutex_unlock(&c->lock);
-	for (size_t i = 0; i < c->nbufs; i++) {
-		net_dereg_mr(c->bufs[i].mr);
-		munmap(c->bufs[i].p, c->bufs[i].map_len);
-	}
-	free(c->bufs);
+	while (c->nareas)
+		area_del(c, c->nareas - 1);
+	free(c->areas);
 	free(c->ext);
 	net_domain_destroy(c->dom);
 	pthread_mutex_destroy(&c->lock);
@@ -585,7 +663,7 @@ int mn_call(struct mn_client *c, uint16_t op, const void *req, size_t req_len, c
 	rc = rpc_call(ch, op, req, req_len, arg_len ? &a : NULL, reply, cap, rlen);
 	rpc_chan_unref(ch);
 	if (rc != -ETIMEDOUT) /* else the node may still READ it: leak it */
-		buf_del(bounce);
+		buf_del(c, bounce);
 	return map_err(rc);
 }
 
@@ -811,7 +889,7 @@ static int io_post(struct mn_client *c, struct mn_io *io, bool write, uint64_t o
 	return 0;
 
 out_bounce:
-	buf_del(bounce);
+	buf_del(c, bounce);
 out_unref:
 	rpc_chan_unref(ch);
 out_done:
@@ -843,7 +921,7 @@ int mn_wait(struct mn_client *c, struct mn_io *io)
 	if (!rc && bounce && io->priv[IO_USER])
 		memcpy(io->priv[IO_USER], bounce->p, bounce->len);
 	if (rc != -ETIMEDOUT) /* else the transport may still use it: leak it */
-		buf_del(bounce);
+		buf_del(c, bounce);
 	rpc_chan_unref(ch);
 	memset(io->priv, 0, sizeof(io->priv));
 	io->status = map_err(rc);
