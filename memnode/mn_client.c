@@ -420,6 +420,8 @@ static int connect_once(struct mn_client *c, struct rpc_chan **out)
 	mn_hello_encode(hello, &h);
 	no.op_timeout_ms = c->o.op_timeout_ms;
 	no.connect_timeout_ms = c->o.op_timeout_ms < 3000 ? c->o.op_timeout_ms : 3000;
+	no.max_send_wr = RPC_CHAN_SEND_WR;
+	no.max_recv_wr = RPC_CHAN_RECV_WR;
 	rc = net_connect(c->dom, c->conn_addr, &no, hello, sizeof(hello), &conn, rpriv, &rlen);
 	if (rc == -ECONNREFUSED && rlen && !mn_welcome_decode(rpriv, rlen, &w) && w.status < 0)
 		rc = w.status;

@@ -47,7 +47,7 @@
 #include "common/log.h"
 
 #define RPC_DEFAULT_TIMEOUT 5000
-#define RPC_CLIENT_RECVS    (2 * RPC_SLOTS)
+#define RPC_CLIENT_RECVS    RPC_CHAN_RECV_WR
 #define RPC_RECV_BUF        64
 #define RPC_REPLY_BUF       (RPC_REPLY_HDR + RPC_REPLY_MAX)
 #define RPC_ENTS            (RPC_SLOTS + RPC_IO_SLOTS)

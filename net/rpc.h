@@ -43,6 +43,10 @@
 #define RPC_SLOTS         64            /* concurrent calls per channel */
 #define RPC_IO_SLOTS      448           /* concurrent one-sided ops per channel */
 #define RPC_SERVER_RECVS  (2 * RPC_SLOTS) /* requests a server connection buffers */
+/* What a channel's conn must allow (net_conn_opts): every call and
+ * one-sided slot in flight at once, and the RECVs kept posted. */
+#define RPC_CHAN_SEND_WR  (RPC_SLOTS + RPC_IO_SLOTS)
+#define RPC_CHAN_RECV_WR  (2 * RPC_SLOTS)
 
 #define RPC_REQ_MAGIC   0x51524b44u /* "DKRQ" */
 #define RPC_REPLY_MAGIC 0x50524b44u /* "DKRP" */
@@ -51,7 +55,8 @@
 
 struct rpc_chan;
 
-/* Wrap conn (connected, in domain d) in a channel and start its progress
+/* Wrap conn (connected, in domain d, opened with at least RPC_CHAN_SEND_WR
+ * and RPC_CHAN_RECV_WR work requests) in a channel and start its progress
  * thread.  On success the channel owns conn (closes it when destroyed); on
  * error the caller still does.  timeout_ms bounds every wait (0: 5000).
  * Errors: -ENOMEM, transport errors from registration or posting RECVs. */

@@ -512,3 +512,34 @@ Test(client, lease_takeover_by_the_same_client_id)
 	net_domain_destroy(d);
 	mn_server_destroy(s);
 }
+
+/* More one-sided ops in flight than the transport's default queue. */
+Test(client, many_async_ops_in_flight)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c;
+	struct mn_extent e;
+	enum { N = 400 };
+	static struct mn_io io[N];
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "q", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	char *b = mn_buf_alloc(c, N * 512);
+	for (int i = 0; i < N; i++) {
+		memset(b + i * 512, i & 0xff, 512);
+		cr_assert_eq(mn_post_write(c, &io[i], e.off + (uint64_t)i * 512, b + i * 512, 512), 0,
+			     "post %d", i);
+	}
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(mn_wait(c, &io[i]), 0);
+	memset(b, 0, N * 512);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(mn_post_read(c, &io[i], e.off + (uint64_t)i * 512, b + i * 512, 512), 0);
+	for (int i = 0; i < N; i++) {
+		cr_assert_eq(mn_wait(c, &io[i]), 0);
+		cr_assert_eq((unsigned char)b[i * 512 + 7], i & 0xff);
+	}
+	mn_buf_free(c, b);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
