@@ -228,6 +228,25 @@ void eng_alloc_shrink(struct eng_alloc *a, uint64_t off, uint64_t len, uint64_t 
 		eng_alloc_put(a, off + keep, all - keep);
 }
 
+int eng_alloc_take_empty(struct eng_alloc *a, uint64_t keep_free, struct mn_extent *out)
+{
+	for (size_t i = 0; i < a->n; i++) {
+		struct slab *s = &a->slabs[i];
+
+		if (s->nfree != 1 || s->free[0].len != s->len)
+			continue;
+		if (a->free_bytes - s->len < keep_free)
+			continue;
+		out->off = s->off;
+		out->len = s->len;
+		a->free_bytes -= s->len;
+		free(s->free);
+		a->slabs[i] = a->slabs[--a->n];
+		return 0;
+	}
+	return -ENOENT;
+}
+
 uint64_t eng_alloc_free_bytes(const struct eng_alloc *a)
 {
 	return a->free_bytes;

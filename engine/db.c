@@ -137,6 +137,56 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 	return eng_alloc_get(db->alloc, len, off);
 }
 
+static void slab_list_remove(struct eng_db *db, uint64_t off)
+{
+	for (size_t i = 0; i < db->nslabs; i++) {
+		if (db->slabs[i].off != off)
+			continue;
+		if (i < db->nslabs_logged) {
+			/* keep [0, nslabs_logged) exactly the logged ones */
+			db->slabs[i] = db->slabs[db->nslabs_logged - 1];
+			db->slabs[db->nslabs_logged - 1] = db->slabs[db->nslabs - 1];
+			db->nslabs_logged--;
+		} else {
+			db->slabs[i] = db->slabs[db->nslabs - 1];
+		}
+		db->nslabs--;
+		return;
+	}
+}
+
+void eng_space_trim(struct eng_db *db)
+{
+	struct mn_extent s;
+
+	eng_space_drain(db);
+	while (eng_alloc_take_empty(db->alloc, db->o.slab_size, &s) == 0) {
+		struct eng_edit e = { 0 };
+		int r;
+
+		/* Out of the list first: a manifest rewrite triggered by this
+		 * append must not snapshot the slab as owned. */
+		slab_list_remove(db, s.off);
+		r = eng_edit_free_slab(&e, s.off, s.len);
+		if (!r)
+			r = eng_manifest_log(db, &e);
+		eng_edit_release(&e);
+		if (r) {
+			/* Still ours: put it back (logged again with the next
+			 * record, which is harmless). */
+			if (!eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,
+					    sizeof(*db->slabs)))
+				db->slabs[db->nslabs++] = s;
+			eng_alloc_add_slab(db->alloc, s.off, s.len);
+			return;
+		}
+		/* If this fails the slab is an orphan the next open frees. */
+		if (mn_free_slab(db->mc, s.off))
+			dkv_warn("could not give slab %llu back to the node",
+				 (unsigned long long)s.off);
+	}
+}
+
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
 {
 	eng_alloc_put(db->alloc, off, len);
@@ -177,6 +227,7 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 	pthread_mutex_unlock(&db->mu);
 	if (e->has_wal_min)
 		eng_wal_release_below(db, e->wal_min);
+	eng_space_trim(db);
 	pthread_mutex_unlock(&db->man_mu);
 	eng_version_unref(old);
 	eng_mem_unref(flushed);

@@ -204,6 +204,9 @@ void eng_alloc_put(struct eng_alloc *a, uint64_t off, uint64_t len);
 /* Shrink a used extent to its first newlen bytes. */
 void eng_alloc_shrink(struct eng_alloc *a, uint64_t off, uint64_t len, uint64_t newlen);
 uint64_t eng_alloc_free_bytes(const struct eng_alloc *a);
+/* Remove one slab that is entirely free, if at least keep_free bytes stay
+ * free without it: 0 and *out, or -ENOENT. */
+int eng_alloc_take_empty(struct eng_alloc *a, uint64_t keep_free, struct mn_extent *out);
 bool eng_alloc_owns(const struct eng_alloc *a, uint64_t off);
 
 /* ---------------------------------------------------------------- WAL */
@@ -329,6 +332,10 @@ void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);
 /* Return pending table extents (slab ones to the allocator, node ones to the
  * node).  Caller holds man_mu. */
 void eng_space_drain(struct eng_db *db);
+/* Drain, then give entirely free slabs back to the node (keeping one slab's
+ * worth of free space), each logged as freed before mn_free_slab.  Caller
+ * holds man_mu and is not inside a manifest operation. */
+void eng_space_trim(struct eng_db *db);
 
 /* Manifest: log an edit (durably) and apply its non-table parts.  Caller
  * holds man_mu. */

@@ -85,3 +85,28 @@ Test(alloc, random_against_bitmap)
 	cr_assert_eq(eng_alloc_free_bytes(a), 2 * SLAB);
 	eng_alloc_destroy(a);
 }
+
+Test(alloc, take_empty_slab_keeps_reserve)
+{
+	struct eng_alloc *a;
+	struct mn_extent s;
+	uint64_t o1;
+
+	cr_assert_eq(eng_alloc_create(&a), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, 1 << 20, 1 << 20), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, 4 << 20, 1 << 20), 0);
+	cr_assert_eq(eng_alloc_get(a, 4096, &o1), 0);
+	/* One slab is empty, but taking it would leave < 1 MiB free. */
+	cr_assert_eq(eng_alloc_take_empty(a, 1 << 20, &s), -ENOENT);
+	cr_assert_eq(eng_alloc_take_empty(a, 4096, &s), 0);
+	cr_assert_eq(s.off, 4 << 20);
+	cr_assert_eq(s.len, 1 << 20);
+	cr_assert(!eng_alloc_owns(a, 4 << 20));
+	cr_assert_eq(eng_alloc_free_bytes(a), (1 << 20) - 4096);
+	/* The used one is never taken. */
+	cr_assert_eq(eng_alloc_take_empty(a, 0, &s), -ENOENT);
+	eng_alloc_put(a, o1, 4096);
+	cr_assert_eq(eng_alloc_take_empty(a, 0, &s), 0);
+	cr_assert_eq(eng_alloc_free_bytes(a), 0);
+	eng_alloc_destroy(a);
+}
