@@ -857,7 +857,7 @@ static void srv_on_request(struct rpc_sconn *sc, uint32_t idx, uint32_t n)
 	c->idx = idx;
 	atomic_fetch_add(&sc->outstanding, 1);
 	rc = rpc_req_decode(srv_recv_buf(sc, idx), n, &c->h);
-	if (rc == -EBADMSG || (rc == 0 && c->h.reply_cap < RPC_REPLY_HDR)) {
+	if (rc == -EBADMSG || c->h.reply_cap < RPC_REPLY_HDR) {
 		/* Nothing in it can be trusted, not even where to reply. */
 		atomic_fetch_add(&s->bad_requests, 1);
 		dkv_warn("%s: malformed request from %s; closing the connection", s->name,
