@@ -30,10 +30,11 @@ ALL_CFLAGS = -std=gnu11 $(CFLAGS) $(WARN) -D_GNU_SOURCE -DFUSE_USE_VERSION=35 \
 LDFLAGS  ?=
 LDLIBS   := -lfuse3 -lrdmacm -libverbs -lpthread -lm
 comma := ,
+OUT := $(BUILD)
 ifneq ($(SANITIZE),)
 ALL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS    += -fsanitize=$(SANITIZE)
-BUILD      := $(BUILD)-$(subst $(comma),-,$(SANITIZE))
+OUT        := $(BUILD)-$(subst $(comma),-,$(SANITIZE))
 endif
 
 # Modules, lowest first.  A module's library links only against the ones
@@ -48,16 +49,16 @@ DEPS_mount   := mount fs engine memnode net common
 DEPS_tools   := fs engine memnode net common
 
 lib_srcs = $(filter-out %_main.c,$(wildcard $(1)/*.c))
-lib_objs = $(patsubst %.c,$(BUILD)/%.o,$(call lib_srcs,$(1)))
-libs_of  = $(foreach m,$(DEPS_$(1)),$(BUILD)/lib$(m).a)
+lib_objs = $(patsubst %.c,$(OUT)/%.o,$(call lib_srcs,$(1)))
+libs_of  = $(foreach m,$(DEPS_$(1)),$(OUT)/lib$(m).a)
 
-$(foreach m,$(MODULES),$(eval $(BUILD)/lib$(m).a: $(call lib_objs,$(m))))
-$(BUILD)/lib%.a:
+$(foreach m,$(MODULES),$(eval $(OUT)/lib$(m).a: $(call lib_objs,$(m))))
+$(OUT)/lib%.a:
 	@mkdir -p $(dir $@)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/%.o: %.c | deps
+$(OUT)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
@@ -76,19 +77,23 @@ MOD_dkvfs-bench   := tools
 LDLIBS_dkvfs-bench := -lrocksdb
 
 define program
-$(BUILD)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(SRC_$(1))) $(call libs_of,$(MOD_$(1)))
+$(OUT)/$(1): $(patsubst %.c,$(OUT)/%.o,$(SRC_$(1))) $(call libs_of,$(MOD_$(1)))
 	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS_$(1)) $$(LDLIBS)
 endef
 $(foreach p,$(PROGRAMS),$(eval $(call program,$(p))))
-PROGRAM_BINS := $(foreach p,$(PROGRAMS),$(if $(SRC_$(p)),$(BUILD)/$(p)))
+PROGRAM_BINS := $(foreach p,$(PROGRAMS),$(if $(SRC_$(p)),$(OUT)/$(p)))
 
-# Tests: tests/<module>/test_*.c -> $(BUILD)/tests/<module>/test_*
+# Tests: tests/<module>/test_*.c -> $(OUT)/tests/<module>/test_*
 TEST_SRCS := $(wildcard tests/*/test_*.c)
-TEST_BINS := $(patsubst %.c,$(BUILD)/%,$(TEST_SRCS))
-TEST_HELPERS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/helpers/*.c))
+TEST_BINS := $(patsubst %.c,$(OUT)/%,$(TEST_SRCS))
+TEST_HELPERS := $(patsubst %.c,$(OUT)/%.o,$(wildcard tests/helpers/*.c))
+# ThreadSanitizer cannot host Criterion's sandbox arena unaided: see tests/tsan_criterion.c.
+ifneq ($(findstring thread,$(SANITIZE)),)
+TEST_HELPERS += $(OUT)/tests/tsan_criterion.o
+endif
 define testbin
-$(BUILD)/tests/$(1)/%: $(BUILD)/tests/$(1)/%.o $(TEST_HELPERS) $(call libs_of,$(if $(DEPS_$(1)),$(1),mount))
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ -lcriterion $$(LDLIBS)
+$(OUT)/tests/$(1)/%: $(OUT)/tests/$(1)/%.o $(TEST_HELPERS) $(call libs_of,$(if $(DEPS_$(1)),$(1),mount))
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ -lcriterion $$(LDLIBS) -ldl
 endef
 $(foreach m,$(sort $(notdir $(wildcard tests/*))),$(eval $(call testbin,$(m))))
 .SECONDARY:
@@ -102,16 +107,16 @@ ifeq ($(DEPS),1)
 endif
 
 check: all
-	@BUILD=$(BUILD) scripts/run-tests.sh $(TESTS)
+	@BUILD=$(OUT) scripts/run-tests.sh $(TESTS)
 test: check
 
 mount: all
-	@scripts/mount.sh "$(MNT)" $(BUILD)
+	@scripts/mount.sh "$(MNT)" $(OUT)
 
 install: $(PROGRAM_BINS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/sbin
-	install -m 755 $(BUILD)/dkvfs $(BUILD)/dkvfs-memnode $(BUILD)/dkvfs-ctl $(BUILD)/dkvfs-bench $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 $(BUILD)/mount.dkvfs $(DESTDIR)/sbin/
+	install -m 755 $(OUT)/dkvfs $(OUT)/dkvfs-memnode $(OUT)/dkvfs-ctl $(OUT)/dkvfs-bench $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(OUT)/mount.dkvfs $(DESTDIR)/sbin/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
@@ -119,4 +124,4 @@ format:
 clean:
 	rm -rf build build-*
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(OUT) -name '*.d' 2>/dev/null)
