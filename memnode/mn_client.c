@@ -797,7 +797,13 @@ int mn_root_set(struct mn_client *c, const void *buf, size_t len)
 int mn_sync(struct mn_client *c, uint64_t off, uint64_t len)
 {
 	uint8_t req[16];
+	bool fb;
 
+	pthread_mutex_lock(&c->lock);
+	fb = c->info.file_backed;
+	pthread_mutex_unlock(&c->lock);
+	if (!fb) /* anonymous memory: nothing to make durable, save the round trip */
+		return 0;
 	put_u64(req, off);
 	put_u64(req + 8, len);
 	return call_simple(c, MN_OP_SYNC, req, 16, NULL, 0, NULL);

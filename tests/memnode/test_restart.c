@@ -87,6 +87,11 @@ Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
 		data[i] = (char)(i ^ (i >> 8));
 	cr_assert_eq(mn_write(c, e.off + 12345, data, sizeof(data)), 0);
 	cr_assert_eq(mn_root_set(c, "root-v1", 7), 0);
+	struct mn_volume_info vi;
+	mn_volume_info(c, &vi);
+	cr_assert(vi.file_backed);
+	cr_assert_eq(mn_sync(c, e.off + 12345, sizeof(data)), 0); /* msync on the node */
+	cr_assert_eq(mn_sync(c, 0, 1ull << 40), -EINVAL);
 
 	/* A pending op when the node dies: stop it, post, kill it. */
 	kill(ch.pid, SIGSTOP);
