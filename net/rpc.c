@@ -54,6 +54,7 @@
 #define RPC_POLL_MS         50
 #define RPC_SPIN_NS         60000
 #define RPC_SERVER_SPIN_NS  100000
+#define RPC_CONN_ARG_BUDGET (256u << 20)
 
 _Static_assert(RPC_ENTS < (1 << 16), "entry index fits 16 bits of wr_id");
 _Static_assert(RPC_SLOTS <= 256, "slot index fits 8 bits of the immediate");
@@ -732,6 +733,7 @@ struct rpc_sconn {
 	pthread_t thr;
 	atomic_bool closing;     /* stop taking requests */
 	atomic_int outstanding;  /* calls received and not yet released */
+	atomic_size_t arg_bytes; /* pulled arguments held by its calls */
 	struct rpc_sconn *next;  /* server's list, under srv->lock */
 	struct rpc_call calls[RPC_SERVER_RECVS];
 };
@@ -797,8 +799,10 @@ static void call_release(struct rpc_call *c)
 
 	if (c->arg_mr)
 		net_dereg_mr(c->arg_mr);
-	if (c->arg)
+	if (c->arg) {
 		munmap(c->arg, c->arg_map_len);
+		atomic_fetch_sub(&sc->arg_bytes, c->arg_map_len);
+	}
 	c->arg = NULL;
 	c->arg_mr = NULL;
 	if (!atomic_load(&sc->closing) && srv_post_recv(sc, c->idx))
@@ -880,8 +884,15 @@ static void srv_on_request(struct rpc_sconn *sc, uint32_t idx, uint32_t n)
 		call_enqueue(c);
 		return;
 	}
+	if (atomic_load(&sc->arg_bytes) + c->h.arg_len > RPC_CONN_ARG_BUDGET) {
+		/* One connection may not pin unbounded server memory. */
+		rpc_reply(c, -EBUSY, NULL, 0);
+		return;
+	}
 	c->arg_map_len = c->h.arg_len;
 	c->arg = map_area(c->arg_map_len);
+	if (c->arg)
+		atomic_fetch_add(&sc->arg_bytes, c->arg_map_len);
 	if (!c->arg) {
 		rpc_reply(c, -ENOMEM, NULL, 0);
 		return;
