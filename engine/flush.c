@@ -190,6 +190,13 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	pthread_mutex_lock(&db->man_mu);
 	eng_alloc_shrink(db->alloc, fo.off, est, meta.size);
 	pthread_mutex_unlock(&db->man_mu);
+	/* The edit below makes WAL segments obsolete: on a file-backed node
+	 * the table must reach the file first (power loss). */
+	r = mn_sync(db->mc, fo.off, meta.size);
+	if (r) {
+		sst_index_destroy(idx);
+		goto out_space;
+	}
 
 	r = eng_table_adopt(db, number, fo.off, meta.size, ENG_TABLE_SLAB, idx, &t);
 	if (r) {
