@@ -806,10 +806,6 @@ static int run_pick(struct eng_db *db, const struct pick *p)
 done:
 	if (!r) {
 		atomic_fetch_add(&db->st_compactions, 1);
-		/* Freed inputs go back now (node extents: one batched request). */
-		pthread_mutex_lock(&db->man_mu);
-		eng_space_drain(db);
-		pthread_mutex_unlock(&db->man_mu);
 		dkv_debug("compaction L%d->L%d: %zu+%zu tables, %llu -> %llu bytes%s%s, %llu us",
 			  p->level, p->out, p->na, p->n - p->na, (unsigned long long)p->bytes,
 			  (unsigned long long)out_bytes, p->bottom ? ", bottommost" : "",
@@ -833,6 +829,11 @@ static int compact_once(struct eng_db *db, bool manual)
 		return r;
 	r = run_pick(db, &p);
 	pick_release(&p);
+	/* Inputs nobody else reaches went pending with the last unref above:
+	 * give them back now (node extents: one batched request). */
+	pthread_mutex_lock(&db->man_mu);
+	eng_space_drain(db);
+	pthread_mutex_unlock(&db->man_mu);
 	return r ? r : 1;
 }
 

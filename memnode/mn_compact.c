@@ -82,6 +82,14 @@ static int obuf_emit(void *ctx, const void *p, size_t n)
 	return 0;
 }
 
+static size_t vl_peek(const struct dkv_iter *in)
+{
+	size_t vl;
+
+	dkv_iter_value(in, &vl);
+	return vl;
+}
+
 struct merger {
 	const struct mn_merge_opts *o;
 	struct mn_merge_stats *st;
@@ -127,6 +135,7 @@ int mn_merge_run(struct dkv_iter *in, const struct mn_merge_opts *o, struct mn_m
 	struct mn_merge_stats dummy = { 0 };
 	struct merger m = { o, st ? st : &dummy, NULL, { 0 } };
 	uint64_t target = o->target_table_bytes ? o->target_table_bytes : (32ull << 20);
+	uint64_t slack = 0;
 	uint8_t *cur = NULL, *seek = NULL;
 	size_t cur_len = 0, cur_cap = 0, prev_stripe = 0;
 	bool have_cur = false;
@@ -135,6 +144,10 @@ int mn_merge_run(struct dkv_iter *in, const struct mn_merge_opts *o, struct mn_m
 
 	if (!in || !o->table_done)
 		return -EINVAL;
+	if (o->align && target >= o->align) {
+		target -= target % o->align;
+		slack = 4096; /* index/filter growth of the last few records */
+	}
 	if (o->lo) {
 		seek = malloc(o->lo_len + IKEY_TRAILER_LEN);
 		if (!seek)
@@ -183,8 +196,13 @@ int mn_merge_run(struct dkv_iter *in, const struct mn_merge_opts *o, struct mn_m
 				memcpy(cur, pk.ukey, pk.ulen);
 			cur_len = pk.ulen;
 			have_cur = true;
-			/* Cut only between user keys. */
-			if (m.b && sst_builder_estimate(m.b) >= target) {
+			/* Cut only between user keys; aligned: before the next
+			 * record would cross the target. */
+			if (m.b && sst_builder_estimate(m.b) +
+						   (slack ? 2 * sst_record_size(kl, vl_peek(in)) +
+								    slack
+							  : 0) >=
+					   target) {
 				r = merger_close(&m);
 				if (r)
 					break;
@@ -389,6 +407,7 @@ static int part_run(struct part *pt)
 	mo.nsnaps = j->nsnaps;
 	mo.bottommost = j->flags & MN_COMPACT_BOTTOM;
 	mo.target_table_bytes = j->target;
+	mo.align = MN_PAGE_SIZE;
 	mo.bits_per_key = j->bits;
 	mo.lo = pt->lo ? pt->lo : j->has_lo ? j->lo : NULL;
 	mo.lo_len = pt->lo ? pt->lo_len : j->lo_len;

@@ -69,6 +69,10 @@ struct mn_merge_opts {
 	uint64_t target_table_bytes; /* cut outputs at about this size (0: 32 MiB) */
 	int bits_per_key;           /* bloom bits per key (0: default) */
 	bool want_index;            /* hand the parsed index to table_done */
+	/* > 0: outputs live in extents of this granularity (node pages): the
+	 * target is rounded down to it and tables are cut so they end just
+	 * below it instead of spilling a few bytes into one more page. */
+	uint64_t align;
 	/* user-key range [lo, hi): NULL = unbounded on that side */
 	const void *lo, *hi;
 	size_t lo_len, hi_len;
