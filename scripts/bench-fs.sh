@@ -49,6 +49,7 @@ DPID=
 r=()
 
 cleanup() {
+	local rc=$?
 	trap - EXIT INT TERM
 	if mountpoint -q "$MNT" 2>/dev/null; then
 		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT" 2>/dev/null
@@ -61,7 +62,13 @@ cleanup() {
 		kill -KILL "$DPID" 2>/dev/null
 	fi
 	rmdir "$MNT" 2>/dev/null
+	if [ -e "$BASE/failed" ]; then
+		cp "$BASE/dkvfs.log" "/tmp/dkvfs-bench-fs-$$.log" 2>/dev/null &&
+			echo "bench-fs: daemon log kept in /tmp/dkvfs-bench-fs-$$.log" >&2
+		rc=1
+	fi
 	rm -rf "$BASE"
+	exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -76,11 +83,29 @@ drop_caches() {
 	ls -l / >/dev/null; find / -maxdepth 0 >/dev/null; cat </dev/null; wc -l </dev/null >/dev/null
 	cp --version >/dev/null; timeout 5 true
 }
-# result NAME UNIT DKVFS TMPFS
+# result NAME UNIT DKVFS TMPFS  (NA for a side whose command failed)
 result() {
 	awk -v n="$1" -v u="$2" -v d="$3" -v t="$4" 'BEGIN {
-		r = (t + 0 > 0) ? sprintf("%.3f", d / t) : "NA"
+		r = (d != "NA" && t != "NA" && t + 0 > 0) ? sprintf("%.3f", d / t) : "NA"
 		printf "RESULT bench=%s dkvfs=%s tmpfs=%s ratio=%s unit=%s\n", n, d, t, r, u }'
+	echo "# $1 done at $(date +%T)" >&2
+}
+warn() { echo "bench-fs: WARNING: $*" >&2; touch "$BASE/failed"; }
+# timed rate COUNT CMD... -> COUNT per second;  timed ms 0 CMD... -> milliseconds.
+# CMD's stdout goes to $OUT (default /dev/null).  A failed or timed-out CMD
+# prints NA, and the run exits 1 at the end (the other steps still run).
+timed() {
+	local kind=$1 count=$2 t0 t1 rc
+	shift 2
+	t0=$(now); tmo "$@" >"${OUT:-/dev/null}"; rc=$?; t1=$(now)
+	if [ $rc -ne 0 ]; then
+		warn "failed (rc=$rc): $*"
+		echo NA
+	elif [ "$kind" = ms ]; then
+		ms "$t0" "$t1"
+	else
+		rate "$count" "$t0" "$t1"
+	fi
 }
 # rate COUNT T0 T1 -> COUNT per second;  ms T0 T1 -> milliseconds
 rate() { awk -v c="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.1f", c / (b - a) }'; }
@@ -114,44 +139,41 @@ nsmall=$(find "$SRC/small" -type f | wc -l)
 # ---- cp -r of the small files ----
 for side in "$MNT" "$TMP"; do
 	drop_caches
-	t0=$(now); tmo cp -r "$SRC/small" "$side/small" || die "cp -r small to $side failed"; t1=$(now)
-	r[${#r[@]}]=$(rate "$nsmall" "$t0" "$t1")
+	r+=("$(timed rate "$nsmall" cp -r "$SRC/small" "$side/small")")
 done
-result fs_cp_small files_per_sec "${r[0]}" "${r[1]}"; r=()
+result fs_cp_small files_per_sec "${r[@]}"; r=()
 
 # ---- one big file ----
 for side in "$MNT" "$TMP"; do
 	drop_caches
-	t0=$(now); tmo cp "$SRC/big" "$side/big" || die "cp big to $side failed"; t1=$(now)
-	r[${#r[@]}]=$(rate "$BIG_MB" "$t0" "$t1")
+	r+=("$(timed rate "$BIG_MB" cp "$SRC/big" "$side/big")")
 done
-result fs_cp_big mb_per_sec "${r[0]}" "${r[1]}"; r=()
+result fs_cp_big mb_per_sec "${r[@]}"; r=()
 for side in "$MNT" "$TMP"; do
 	drop_caches
-	t0=$(now); tmo cat "$side/big" >/dev/null || die "reading $side/big failed"; t1=$(now)
-	r[${#r[@]}]=$(rate "$BIG_MB" "$t0" "$t1")
+	r+=("$(timed rate "$BIG_MB" cat "$side/big")")
 done
-result fs_read_big mb_per_sec "${r[0]}" "${r[1]}"; r=()
-tmo cmp -s "$SRC/big" "$MNT/big" || echo "bench-fs: WARNING: $MNT/big differs from the source" >&2
+result fs_read_big mb_per_sec "${r[@]}"; r=()
+tmo cmp -s "$SRC/big" "$MNT/big" || warn "$MNT/big differs from the source"
 
 # ---- ls -l of a wide directory ----
 for side in "$MNT" "$TMP"; do
-	tmo cp -r "$SRC/wide" "$side/wide" || die "cp -r wide to $side failed"
+	tmo cp -r "$SRC/wide" "$side/wide" || warn "cp -r wide to $side failed"
 	drop_caches
-	t0=$(now); n=$(tmo ls -l "$side/wide" | wc -l); t1=$(now)
-	[ "$n" -eq $((NWIDE + 1)) ] || echo "bench-fs: WARNING: ls -l $side/wide: $n lines" >&2
-	r[${#r[@]}]=$(ms "$t0" "$t1")
+	r+=("$(OUT=$BASE/out timed ms 0 ls -l "$side/wide")")
+	n=$(wc -l <"$BASE/out")
+	[ "$n" -eq $((NWIDE + 1)) ] || warn "ls -l $side/wide: $n lines"
 done
-result fs_ls_l_10k ms "${r[0]}" "${r[1]}"; r=()
+result fs_ls_l_10k ms "${r[@]}"; r=()
 
 # ---- find over the small tree ----
 for side in "$MNT" "$TMP"; do
 	drop_caches
-	t0=$(now); n=$(tmo find "$side/small" -type f | wc -l); t1=$(now)
-	[ "$n" -eq "$nsmall" ] || echo "bench-fs: WARNING: find $side/small: $n files" >&2
-	r[${#r[@]}]=$(ms "$t0" "$t1")
+	r+=("$(OUT=$BASE/out timed ms 0 find "$side/small" -type f)")
+	n=$(wc -l <"$BASE/out")
+	[ "$n" -eq "$nsmall" ] || warn "find $side/small: $n files"
 done
-result fs_find ms "${r[0]}" "${r[1]}"; r=()
+result fs_find ms "${r[@]}"; r=()
 
 # ---- a volume holding NBULK keys, and a 10-entry directory beside them ----
 # The bulk tree is 1000 directories of NBULK/1000 empty files, copied by
@@ -165,27 +187,24 @@ done
 nbulk=$((ndirs * per))
 mkdir -p "$SRC/ten"
 for i in $(seq 0 9); do echo "$i" >"$SRC/ten/e$i"; done
+# bulk_copy SRC JOBS DST: every directory of SRC into DST, JOBS cp at a time.
+bulk='cd "$1" && ls | xargs -P "$2" -n 50 sh -c '"'"'cp -r "$@" "$0"'"'"' "$3"'
 for side in "$MNT" "$TMP"; do
 	mkdir -p "$side/bulk"
-	t0=$(now)
-	(cd "$SRC/bulk" && ls | tmo xargs -P "$BULK_JOBS" -n 50 sh -c 'cp -r "$@" '"'$side/bulk/'" _) ||
-		die "bulk create on $side failed"
-	t1=$(now)
-	r[${#r[@]}]=$(rate "$nbulk" "$t0" "$t1")
-	cp -r "$SRC/ten" "$side/ten"
+	r+=("$(timed rate "$nbulk" sh -c "$bulk" _ "$SRC/bulk" "$BULK_JOBS" "$side/bulk/")")
+	cp -r "$SRC/ten" "$side/ten" || warn "cp -r ten to $side failed"
 done
-result fs_bulk_create files_per_sec "${r[0]}" "${r[1]}"; r=()
+result fs_bulk_create files_per_sec "${r[@]}"; r=()
 for side in "$MNT" "$TMP"; do
 	drop_caches
-	t0=$(now); n=$(tmo ls "$side/ten" | wc -l); t1=$(now)
-	[ "$n" -eq 10 ] || echo "bench-fs: WARNING: ls $side/ten: $n entries" >&2
-	r[${#r[@]}]=$(ms "$t0" "$t1")
+	r+=("$(OUT=$BASE/out timed ms 0 ls "$side/ten")")
+	n=$(wc -l <"$BASE/out")
+	[ "$n" -eq 10 ] || warn "ls $side/ten: $n entries"
 done
-result fs_ls_10_in_1m ms "${r[0]}" "${r[1]}"; r=()
+result fs_ls_10_in_1m ms "${r[@]}"; r=()
 for side in "$MNT" "$TMP"; do
 	drop_caches
-	t0=$(now); tmo ls "$side" >/dev/null; t1=$(now)
-	r[${#r[@]}]=$(ms "$t0" "$t1")
+	r+=("$(timed ms 0 ls "$side")")
 done
-result fs_ls_root_1m ms "${r[0]}" "${r[1]}"; r=()
+result fs_ls_root_1m ms "${r[@]}"; r=()
 echo "# done; unmounting" >&2
