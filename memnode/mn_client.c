@@ -385,18 +385,34 @@ static int open_volume(struct mn_client *c, struct rpc_chan *ch)
 	size_t nl = strlen(c->volume), rl = 0;
 	int rc;
 
-	req[0] = (uint8_t)((c->o.create ? MN_OPEN_CREATE : 0) | (c->o.writer ? MN_OPEN_WRITER : 0));
+	/* A reconnect never creates: if the volume is gone, its data is too. */
+	bool again = c->info.volume_id != 0;
+	uint64_t vid;
+
+	req[0] = (uint8_t)((c->o.create && !again ? MN_OPEN_CREATE : 0) |
+			   (c->o.writer ? MN_OPEN_WRITER : 0));
 	req[1] = (uint8_t)nl;
 	put_u16(req + 2, 0);
 	put_u64(req + 4, c->client_id);
 	memcpy(req + 12, c->volume, nl);
 	rc = rpc_call(ch, MN_OP_OPEN, req, 12 + nl, NULL, rep, sizeof(rep), &rl);
+	if (rc == -ENOENT && again) {
+		dkv_err("volume %s is gone from %s (node restarted without its backing file?)",
+			c->volume, c->conn_addr);
+		return -EIO;
+	}
 	if (rc)
 		return map_err(rc);
 	if (rl != MN_OPEN_REPLY_SIZE)
 		return -EBADMSG;
+	vid = get_u64(rep + 8);
+	if (again && vid != c->info.volume_id) {
+		dkv_err("volume %s on %s is not the one this client opened (node restarted "
+			"without its backing file?); refusing it", c->volume, c->conn_addr);
+		return -EIO;
+	}
 	c->info.region_size = get_u64(rep);
-	c->info.volume_id = get_u64(rep + 8);
+	c->info.volume_id = vid;
 	c->info.node_epoch = get_u64(rep + 16);
 	c->base = get_u64(rep + 24);
 	c->info.file_backed = get_u32(rep + 32) & MN_VOL_FILE_BACKED;

@@ -83,7 +83,7 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 		s->vs[v].writer = mc;
 	}
 	put_u64(rep, s->rg.size);
-	put_u64(rep + 8, s->rg.vols[v].id);
+	put_u64(rep + 8, (uint64_t)s->rg.vols[v].nonce << 32 | s->rg.vols[v].id);
 	put_u64(rep + 16, s->epoch);
 	put_u64(rep + 24, (uint64_t)(uintptr_t)s->rg.base);
 	put_u32(rep + 32, (s->rg.file_backed ? MN_VOL_FILE_BACKED : 0) |

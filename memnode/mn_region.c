@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -129,6 +130,7 @@ static void vol_load(struct mn_region *r, int v)
 	}
 	vo->in_use = true;
 	vo->id = (uint32_t)v + 1;
+	vo->nonce = get_u32(b + 88);
 	memcpy(vo->name, b + 9, nl);
 	vo->name[nl] = 0;
 }
@@ -350,6 +352,7 @@ int mn_vol_find(const struct mn_region *r, const char *name)
 int mn_vol_create(struct mn_region *r, const char *name)
 {
 	size_t nl = strlen(name);
+	uint32_t nonce = 0;
 	uint8_t *b;
 
 	if (!mn_vol_name_ok(name, nl))
@@ -364,6 +367,9 @@ int mn_vol_create(struct mn_region *r, const char *name)
 		b[8] = (uint8_t)nl;
 		memcpy(b + 9, name, nl);
 		put_u64(b + 80, (uint64_t)time(NULL));
+		if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+			nonce = (uint32_t)time(NULL) ^ (uint32_t)(uintptr_t)b;
+		put_u32(b + 88, nonce | 1);
 		put_u32(b + 124, crc32c(b, 124));
 		mn_region_sync(r, MN_VOL_OFF + (uint64_t)v * MN_VOL_STRIDE, MN_VOL_STRIDE);
 		vol_load(r, v);

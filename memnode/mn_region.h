@@ -47,6 +47,7 @@ _Static_assert(128 + 2 * (16 + MN_ROOT_MAX) <= MN_VOL_STRIDE, "volume block fits
 struct mn_vol {
 	bool in_use;
 	uint32_t id;              /* index + 1; 0 is "free" in the map */
+	uint32_t nonce;           /* random at creation: tells a recreated volume apart */
 	char name[MN_VOLUME_NAME_MAX + 1];
 	uint64_t used_slab, used_node; /* bytes */
 };

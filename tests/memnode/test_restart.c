@@ -94,7 +94,10 @@ Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
 	cr_assert_eq(mn_sync(c, 0, 1ull << 40), -EINVAL);
 
 	/* A pending op when the node dies: stop it, post, kill it. */
+	int wst;
 	kill(ch.pid, SIGSTOP);
+	cr_assert_eq(waitpid(ch.pid, &wst, WUNTRACED), ch.pid);
+	cr_assert(WIFSTOPPED(wst));
 	struct mn_io io;
 	t0 = mt_now_ms();
 	rc = mn_post_read(c, &io, e.off, back, 4096);
@@ -187,4 +190,40 @@ Test(restart, root_update_is_atomic_and_persistent, .timeout = 30)
 	mn_client_close(c);
 	child_kill(&ch);
 	unlink(backing);
+}
+
+/* A node without --backing restarted: the volume and its data are gone;
+ * the client must not quietly reconnect to a new empty volume. */
+Test(restart, anonymous_node_restart_is_an_error, .timeout = 30)
+{
+	struct mn_server_opts o;
+	struct mn_server *a, *b;
+	struct mn_client *c;
+	struct mn_extent e;
+	char addr[64], x[4];
+	int rc;
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	cr_assert_eq(mn_server_create(&o, &a), 0);
+	cr_assert_eq(mn_server_start(a), 0);
+	snprintf(addr, sizeof(addr), "%s", mn_server_addr(a));
+	cr_assert_eq(mt_open(addr, "gone", true, NULL, 2000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e), 0);
+	mn_server_destroy(a);
+
+	o.listen = addr;
+	cr_assert_eq(mn_server_create(&o, &b), 0);
+	cr_assert_eq(mn_server_start(b), 0);
+	rc = mn_read(c, e.off, x, 4);
+	cr_assert_eq(rc, -EIO, "%s", dkv_strerror(rc));
+	/* Someone else creating a volume of that name changes nothing. */
+	struct mn_client *d;
+	cr_assert_eq(mt_open(addr, "gone", false, NULL, 2000, &d), 0);
+	rc = mn_root_set(c, "x", 1);
+	cr_assert_eq(rc, -EIO, "%s", dkv_strerror(rc));
+	mn_client_close(d);
+	mn_client_close(c);
+	mn_server_destroy(b);
 }
