@@ -11,6 +11,14 @@
 #include "memnode/mn_region.h"
 #include "mn_test.h"
 
+/* The node runs in a forked child of a process that has threads (clients);
+ * under ThreadSanitizer that needs die_after_fork=0 (unused otherwise). */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+	return "die_after_fork=0";
+}
+
 struct child {
 	pid_t pid;
 	char addr[64];
