@@ -309,6 +309,10 @@ int mn_server_start(struct mn_server *s)
 		rc = start_local(s, s->listen);
 		if (rc)
 			dkv_err("cannot listen on %s: %s", s->listen, dkv_strerror(rc));
+		else
+			dkv_info("serving %s, region %llu MiB%s%s", s->addr_local,
+				 (unsigned long long)(s->rg.size >> 20),
+				 s->backing ? " backed by " : "", s->backing ? s->backing : "");
 		return rc;
 	}
 	kind = s->o.transport;
