@@ -55,19 +55,7 @@ void eng_batch_destroy(eng_batch *b)
 
 static int batch_reserve(eng_batch *b, size_t more)
 {
-	size_t cap = b->cap;
-	uint8_t *p;
-
-	if (b->len + more <= cap)
-		return 0;
-	while (cap < b->len + more)
-		cap *= 2;
-	p = realloc(b->rep, cap);
-	if (!p)
-		return -ENOMEM;
-	b->rep = p;
-	b->cap = cap;
-	return 0;
+	return eng_array_grow((void **)&b->rep, &b->cap, b->len + more, 1);
 }
 
 uint32_t eng_batch_rep_count(const uint8_t *rep)

@@ -258,12 +258,7 @@ void *eng_flush_main(void *arg)
 		if (r) {
 			struct timespec ts;
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += FLUSH_RETRY_MS * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
+			eng_deadline_in(&ts, FLUSH_RETRY_MS);
 			db->bg_error = r;
 			db->flush_attempts++;
 			pthread_cond_broadcast(&db->done_cv);

@@ -26,18 +26,10 @@ struct buf {
 
 static int buf_set(struct buf *b, const void *p, size_t n)
 {
-	if (n > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		void *q;
+	int r = eng_array_grow((void **)&b->p, &b->cap, n, 1);
 
-		while (cap < n)
-			cap *= 2;
-		q = realloc(b->p, cap);
-		if (!q)
-			return -ENOMEM;
-		b->p = q;
-		b->cap = cap;
-	}
+	if (r)
+		return r;
 	if (n)
 		memcpy(b->p, p, n);
 	b->len = n;
