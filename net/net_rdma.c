@@ -81,7 +81,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -99,6 +98,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "net/net_int.h"
+#include "net/net_stream.h" /* net_tcp_sockaddr: the same HOST:PORT rules as tcp */
 
 #define NRDMA_NODEV_MSG "no RDMA device found; use transport=tcp"
 #define NRDMA_RETRY_CNT 7      /* transport retries (3 bits, 7 = max finite) */
@@ -396,29 +396,6 @@ static int nrdma_set_nonblock(int fd)
 
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
-	return 0;
-}
-
-/* "HOST:PORT" -> first addrinfo.  HOST may be empty when passive. */
-static int nrdma_resolve(const char *addr, bool passive, struct addrinfo **out)
-{
-	char host[256], port[16];
-	struct addrinfo hints = { 0 };
-	int rc;
-
-	rc = net_parse_hostport(addr, host, sizeof(host), port, sizeof(port));
-	if (rc)
-		return rc;
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-	rc = getaddrinfo(host[0] ? host : NULL, port, &hints, out);
-	if (rc == EAI_NONAME || rc == EAI_SERVICE || rc == EAI_FAMILY)
-		return -EINVAL;
-	if (rc == EAI_MEMORY)
-		return -ENOMEM;
-	if (rc)
-		return -EHOSTUNREACH;
 	return 0;
 }
 
@@ -915,18 +892,17 @@ static int nrdma_listen(struct net_domain *nd, const char *addr, struct net_list
 {
 	struct nrdma_domain *d = NRDMA_OF(nd, struct nrdma_domain, head);
 	struct nrdma_listener *l;
-	struct addrinfo *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
 	int rc;
 
 	*out = NULL;
-	rc = nrdma_resolve(addr, true, &ai);
+	rc = net_tcp_sockaddr(addr, true, &ss, &sslen);
 	if (rc)
 		return rc;
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		rc = -ENOMEM;
-		goto out_freeai;
-	}
+	if (!l)
+		return -ENOMEM;
 	l->head.ops = &net_rdma_ops;
 	l->d = d;
 	l->ch = rdma_create_event_channel();
@@ -940,22 +916,19 @@ static int nrdma_listen(struct net_domain *nd, const char *addr, struct net_list
 	rc = nrdma_rc(rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP));
 	if (rc)
 		goto out_close;
-	rc = nrdma_rc(rdma_bind_addr(l->id, ai->ai_addr));
+	rc = nrdma_rc(rdma_bind_addr(l->id, (struct sockaddr *)&ss));
 	if (rc)
 		goto out_close;
 	rc = nrdma_rc(rdma_listen(l->id, NRDMA_BACKLOG));
 	if (rc)
 		goto out_close;
 	nrdma_fmt_addr(rdma_get_local_addr(l->id), l->addr, sizeof(l->addr));
-	freeaddrinfo(ai);
 	*out = &l->head;
 	return 0;
 
 out_close:
 	dkv_err("rdma: listen on %s: %s", addr, dkv_strerror(rc));
 	nrdma_listener_close(&l->head);
-out_freeai:
-	freeaddrinfo(ai);
 	return rc;
 }
 
@@ -1122,7 +1095,8 @@ static int nrdma_connect(struct net_domain *nd, const char *addr, const struct n
 {
 	struct nrdma_domain *d = NRDMA_OF(nd, struct nrdma_domain, head);
 	struct nrdma_conn *c = NULL;
-	struct addrinfo *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
 	struct rdma_conn_param param;
 	uint8_t wire[NET_PRIV_MAX]; /* the REQ's 56 bytes: 1 length + 55 data */
 	size_t n;
@@ -1133,7 +1107,7 @@ static int nrdma_connect(struct net_domain *nd, const char *addr, const struct n
 	rc = nrdma_priv_pack(wire, sizeof(wire), priv, len, &n);
 	if (rc)
 		return rc;
-	rc = nrdma_resolve(addr, false, &ai);
+	rc = net_tcp_sockaddr(addr, false, &ss, &sslen);
 	if (rc)
 		return rc;
 	rc = nrdma_conn_alloc(d, o, &c);
@@ -1144,7 +1118,7 @@ static int nrdma_connect(struct net_domain *nd, const char *addr, const struct n
 	rc = nrdma_rc(rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP));
 	if (rc)
 		goto out;
-	rc = nrdma_rc(rdma_resolve_addr(c->id, NULL, ai->ai_addr, nrdma_cm_timeout(deadline)));
+	rc = nrdma_rc(rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, nrdma_cm_timeout(deadline)));
 	if (!rc)
 		rc = nrdma_cm_expect(c, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, NULL, NULL);
 	if (rc)
@@ -1172,8 +1146,6 @@ out:
 	if (rc && rc != -ECONNREFUSED)
 		dkv_warn("rdma: connect %s: %s", addr, dkv_strerror(rc));
 	nrdma_conn_destroy(c);
-	if (ai)
-		freeaddrinfo(ai);
 	return rc;
 }
 
