@@ -653,6 +653,13 @@ void mn_volume_info(const struct mn_client *c, struct mn_volume_info *out)
 int mn_call(struct mn_client *c, uint16_t op, const void *req, size_t req_len, const void *arg,
 	    size_t arg_len, void *reply, size_t cap, size_t *rlen)
 {
+	return mn_call_timeout(c, op, req, req_len, arg, arg_len, reply, cap, rlen, 0);
+}
+
+int mn_call_timeout(struct mn_client *c, uint16_t op, const void *req, size_t req_len,
+		    const void *arg, size_t arg_len, void *reply, size_t cap, size_t *rlen,
+		    int timeout_ms)
+{
 	struct rpc_arg a = { arg, arg_len, 0 };
 	struct mn_buf *bounce = NULL;
 	struct rpc_chan *ch;
@@ -678,7 +685,8 @@ int mn_call(struct mn_client *c, uint16_t op, const void *req, size_t req_len, c
 		}
 		a.rkey = mr->rkey;
 	}
-	rc = rpc_call(ch, op, req, req_len, arg_len ? &a : NULL, reply, cap, rlen);
+	rc = rpc_call_timeout(ch, op, req, req_len, arg_len ? &a : NULL, reply, cap, rlen,
+			      timeout_ms);
 	rpc_chan_unref(ch);
 	if (rc != -ETIMEDOUT) /* else the node may still READ it: leak it */
 		buf_del(c, bounce);

@@ -125,6 +125,12 @@ int mn_sync(struct mn_client *c, uint64_t off, uint64_t len);
  * *rlen set).  Returns the node's status (0 or -errno). */
 int mn_call(struct mn_client *c, uint16_t op, const void *req, size_t req_len, const void *arg,
 	    size_t arg_len, void *reply, size_t cap, size_t *rlen);
+/* Same, waiting up to timeout_ms for the reply instead of op_timeout_ms
+ * (for ops that run long on the node, e.g. a big compaction); the
+ * connection and transport still fail within op_timeout_ms. */
+int mn_call_timeout(struct mn_client *c, uint16_t op, const void *req, size_t req_len,
+		    const void *arg, size_t arg_len, void *reply, size_t cap, size_t *rlen,
+		    int timeout_ms);
 
 /* ---- stats ---- */
 struct mn_node_stats {

@@ -588,6 +588,13 @@ struct net_conn *rpc_chan_conn(const struct rpc_chan *ch)
 int rpc_call(struct rpc_chan *ch, uint16_t op, const void *req, size_t req_len,
 	     const struct rpc_arg *arg, void *reply, size_t cap, size_t *rlen)
 {
+	return rpc_call_timeout(ch, op, req, req_len, arg, reply, cap, rlen, 0);
+}
+
+int rpc_call_timeout(struct rpc_chan *ch, uint16_t op, const void *req, size_t req_len,
+		     const struct rpc_arg *arg, void *reply, size_t cap, size_t *rlen,
+		     int timeout_ms)
+{
 	struct rpc_req_hdr h = { 0 };
 	struct rpc_ent *e;
 	uint32_t idx, gen;
@@ -630,7 +637,7 @@ int rpc_call(struct rpc_chan *ch, uint16_t op, const void *req, size_t req_len,
 		pthread_mutex_unlock(&ch->lock);
 		return rc == -ENOTCONN ? -EIO : rc;
 	}
-	rc = ent_wait(ch, idx, gen, 0);
+	rc = ent_wait(ch, idx, gen, timeout_ms);
 	if (rc == -ETIMEDOUT)
 		return rc;
 	pthread_mutex_lock(&ch->lock);

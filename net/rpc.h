@@ -88,6 +88,11 @@ struct rpc_arg {
  * Thread safe; at most RPC_SLOTS calls are in flight, more wait. */
 int rpc_call(struct rpc_chan *ch, uint16_t op, const void *req, size_t req_len,
 	     const struct rpc_arg *arg, void *reply, size_t cap, size_t *rlen);
+/* Same with its own reply timeout (<= 0: the channel's), for ops that run
+ * long on the server (compaction). */
+int rpc_call_timeout(struct rpc_chan *ch, uint16_t op, const void *req, size_t req_len,
+		     const struct rpc_arg *arg, void *reply, size_t cap, size_t *rlen,
+		     int timeout_ms);
 
 /* One-sided operations routed through the channel's progress thread.  Post
  * returns 0 and a handle for rpc_wait, or -errno (-EIO when broken, -EAGAIN

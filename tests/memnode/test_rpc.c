@@ -51,7 +51,8 @@ static void t_handle(void *user, struct rpc_call *call)
 		memcpy(rep + 8, req, len);
 		rpc_reply(call, 0, rep, 8 + len);
 		return;
-	case 2: {
+	case 2:
+	case 4: { /* 4: reply after the number of ms in the body */
 		struct late *l = malloc(sizeof(*l));
 		l->call = call;
 		pthread_mutex_lock(&t->mu);
@@ -87,6 +88,12 @@ static void *late_thread(void *arg)
 		size_t len = 0;
 		const void *req = rpc_call_req(l->call, &len);
 		uint8_t rep[64];
+		if (rpc_call_op(l->call) == 4 && len == 4) {
+			/* The behaviour under test: a slow handler. */
+			uint32_t ms = get_u32(req);
+			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+			nanosleep(&ts, NULL);
+		}
 		memcpy(rep, req, len < 64 ? len : 64);
 		rpc_reply(l->call, 7, rep, len < 64 ? len : 64);
 		free(l);
@@ -323,4 +330,33 @@ Test(rpc, garbage_requests_do_not_hurt_the_node, .timeout = 30)
 	net_domain_destroy(d);
 	free(buf);
 	mn_server_destroy(s);
+}
+
+Test(rpc, slow_handler_and_per_call_timeout, .timeout = 30)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct net_conn *conn;
+	struct rpc_chan *ch;
+	uint8_t rp[NET_PRIV_MAX], req[4], rep[64];
+	size_t rl = sizeof(rp);
+	uint64_t t0;
+
+	tsrv_start(&t);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_connect(d, t.addr, NULL, "hi", 2, &conn, rp, &rl), 0);
+	cr_assert_eq(rpc_chan_create(d, conn, 500, &ch), 0); /* 500 ms channel timeout */
+	put_u32(req, 1200);
+	t0 = mt_now_ms();
+	cr_assert_eq(rpc_call(ch, 4, req, 4, NULL, rep, sizeof(rep), &rl), -ETIMEDOUT);
+	cr_assert(mt_now_ms() - t0 < 1100);
+	/* Meanwhile other calls go on. */
+	cr_assert_eq(rpc_call(ch, 1, "x", 1, NULL, rep, sizeof(rep), &rl), 0);
+	/* With a longer timeout, the slow call completes. */
+	cr_assert_eq(rpc_call_timeout(ch, 4, req, 4, NULL, rep, sizeof(rep), &rl, 5000), 7);
+	cr_assert_eq(rl, 4);
+	cr_assert(rpc_chan_ok(ch));
+	rpc_chan_unref(ch);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
 }
