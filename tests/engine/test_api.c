@@ -230,3 +230,37 @@ Test(api, damaged_table_reports_corrupt, .timeout = 30)
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
+
+/* The manifest fills up: the next edit rewrites it into a new extent and
+ * switches the root; everything stays readable, also after reopening.  The
+ * test makes the current manifest look nearly full instead of writing tens
+ * of thousands of edits. */
+Test(api, manifest_rewrite_when_full, .timeout = 40)
+{
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+	uint64_t first_no;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	first_no = db->man_no;
+	for (int round = 0; round < 5; round++) {
+		pthread_mutex_lock(&db->man_mu);
+		db->man_len = db->man_used + 40; /* room for about one edit */
+		pthread_mutex_unlock(&db->man_mu);
+		put_n(db, (unsigned)round * 400, 400);
+		cr_assert_eq(eng_flush(db), 0);
+	}
+	cr_assert_gt(db->man_no, first_no, "the manifest was never rewritten");
+	for (unsigned i = 0; i < 2000; i += 3)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 2000; i += 3)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
