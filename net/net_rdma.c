@@ -666,6 +666,13 @@ static void *nrdma_cm_thread(void *arg)
 				rdma_disconnect(c->id);
 			}
 		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			/* the channel itself failed: no disconnect could be seen */
+			dkv_warn("rdma: %s: CM channel: %s", c->peer, strerror(errno));
+			atomic_store(&c->ok, false);
+			rdma_disconnect(c->id);
+			break;
+		}
 	}
 	return NULL;
 }
