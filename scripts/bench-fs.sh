@@ -18,7 +18,8 @@
 #
 # Before each read-side step the kernel's page, dentry and inode caches are
 # dropped (as root) so dkvfs is measured, not the kernel cache; tmpfs keeps
-# its data in the page cache by nature.  The big file is compared with cmp
+# its data in the page cache by nature.  The ms steps (ls, find) are the
+# median of REPEAT (3) such cold runs.  The big file is compared with cmp
 # after the timed read (not timed).
 #
 # Environment: BUILD (build), NSMALL, NWIDE, NBULK, BIG_MB, BULK_JOBS (4
@@ -33,6 +34,7 @@ NBULK=${NBULK:-1000000}
 BIG_MB=${BIG_MB:-1024}
 BULK_JOBS=${BULK_JOBS:-4}
 STEP_LIMIT=${STEP_LIMIT:-900}
+REPEAT=${REPEAT:-3}
 DKVFS_OPTS=${DKVFS_OPTS-memnode_size=8G}
 
 DKVFS=$BUILD/dkvfs
@@ -108,6 +110,17 @@ timed() {
 	fi
 }
 # rate COUNT T0 T1 -> COUNT per second;  ms T0 T1 -> milliseconds
+# cold_ms CMD...: median of REPEAT (3) runs of CMD, each after drop_caches.
+cold_ms() {
+	local i v vals=()
+	for ((i = 0; i < REPEAT; i++)); do
+		drop_caches
+		v=$(timed ms 0 "$@")
+		[ "$v" = NA ] && { echo NA; return; }
+		vals+=("$v")
+	done
+	printf '%s\n' "${vals[@]}" | sort -g | sed -n "$(( (REPEAT + 1) / 2 ))p"
+}
 rate() { awk -v c="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.1f", c / (b - a) }'; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) * 1000 }'; }
 die() { echo "bench-fs: $*" >&2; exit 1; }
@@ -159,8 +172,7 @@ tmo cmp -s "$SRC/big" "$MNT/big" || warn "$MNT/big differs from the source"
 # ---- ls -l of a wide directory ----
 for side in "$MNT" "$TMP"; do
 	tmo cp -r "$SRC/wide" "$side/wide" || warn "cp -r wide to $side failed"
-	drop_caches
-	r+=("$(OUT=$BASE/out timed ms 0 ls -l "$side/wide")")
+	r+=("$(OUT=$BASE/out cold_ms ls -l "$side/wide")")
 	n=$(wc -l <"$BASE/out")
 	[ "$n" -eq $((NWIDE + 1)) ] || warn "ls -l $side/wide: $n lines"
 done
@@ -168,8 +180,7 @@ result fs_ls_l_10k ms "${r[@]}"; r=()
 
 # ---- find over the small tree ----
 for side in "$MNT" "$TMP"; do
-	drop_caches
-	r+=("$(OUT=$BASE/out timed ms 0 find "$side/small" -type f)")
+	r+=("$(OUT=$BASE/out cold_ms find "$side/small" -type f)")
 	n=$(wc -l <"$BASE/out")
 	[ "$n" -eq "$nsmall" ] || warn "find $side/small: $n files"
 done
@@ -196,15 +207,13 @@ for side in "$MNT" "$TMP"; do
 done
 result fs_bulk_create files_per_sec "${r[@]}"; r=()
 for side in "$MNT" "$TMP"; do
-	drop_caches
-	r+=("$(OUT=$BASE/out timed ms 0 ls "$side/ten")")
+	r+=("$(OUT=$BASE/out cold_ms ls "$side/ten")")
 	n=$(wc -l <"$BASE/out")
 	[ "$n" -eq 10 ] || warn "ls $side/ten: $n entries"
 done
 result fs_ls_10_in_1m ms "${r[@]}"; r=()
 for side in "$MNT" "$TMP"; do
-	drop_caches
-	r+=("$(timed ms 0 ls "$side")")
+	r+=("$(cold_ms ls "$side")")
 done
 result fs_ls_root_1m ms "${r[@]}"; r=()
 echo "# done; unmounting" >&2
