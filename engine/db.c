@@ -370,7 +370,9 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		return -EOVERFLOW;
 	put_u64(g->rep, seq);
 	atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
-	if (!first->disable_wal) {
+	if (first->disable_wal) {
+		atomic_store(&db->unlogged, true);
+	} else {
 		r = wal_buf_reserve(db, ENG_WAL_HDR + g->len);
 		if (r)
 			return r;

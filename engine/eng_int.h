@@ -264,6 +264,7 @@ struct eng_db {
 	/* sequence numbers */
 	_Atomic uint64_t last_seq;    /* last assigned (leader) */
 	_Atomic uint64_t visible_seq; /* readers see seqs <= this */
+	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */
 
 	pthread_mutex_t mu;
 	pthread_cond_t flush_cv;      /* flush thread waits: work or stop */

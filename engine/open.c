@@ -273,6 +273,10 @@ int eng_close(eng_db *db)
 
 	if (!db)
 		return 0;
+	/* Writes that skipped the WAL live only in memtables: a clean close
+	 * must not lose them, so they are flushed (the rest is in the WAL). */
+	if (atomic_load(&db->unlogged) && db->flush_thread_started)
+		r = eng_flush(db);
 	eng_compaction_stop(db); /* first: it installs edits */
 	if (db->flush_thread_started) {
 		pthread_mutex_lock(&db->mu);
@@ -282,8 +286,12 @@ int eng_close(eng_db *db)
 		pthread_join(db->flush_thread, NULL);
 		db->flush_thread_started = false;
 	}
-	if (db->mc && !db->read_only && db->mem && db->current)
-		r = eng_wal_sync(db);
+	if (db->mc && !db->read_only && db->mem && db->current) {
+		int r2 = eng_wal_sync(db);
+
+		if (!r)
+			r = r2;
+	}
 	eng_mem_unref(db->mem);
 	for (size_t i = 0; i < db->nimm; i++)
 		eng_mem_unref(db->imm[i]);

@@ -264,3 +264,35 @@ Test(api, manifest_rewrite_when_full, .timeout = 40)
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
+
+/* disable_wal: visible at once, not in the WAL; a clean close flushes it. */
+Test(api, disable_wal_survives_clean_close, .timeout = 30)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_write_opts wo = { .disable_wal = true };
+	struct eng_stats st;
+	eng_db *db;
+	void *v;
+	size_t vl;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 1u << 20;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(eng_put(db, &wo, "nolog", 5, "v1", 2), 0);
+	cr_assert_eq(eng_put(db, NULL, "logged", 6, "v2", 2), 0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_lt(st.wal_bytes, 100, "only the logged put is in the WAL");
+	cr_assert_eq(eng_get(db, NULL, "nolog", 5, &v, &vl), 0);
+	free(v);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(eng_get(db, NULL, "nolog", 5, &v, &vl), 0);
+	cr_assert(vl == 2 && !memcmp(v, "v1", 2));
+	free(v);
+	cr_assert_eq(eng_get(db, NULL, "logged", 6, &v, &vl), 0);
+	free(v);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
