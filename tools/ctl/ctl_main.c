@@ -3,6 +3,7 @@
  *
  *   dkvfs-ctl --memnode=HOST:PORT [--token-file F] [--transport K] stats
  *   dkvfs-ctl --memnode=HOST:PORT [--token-file F] [--transport K] volumes
+ *   dkvfs-ctl --memnode=HOST:PORT --volume=NAME [...] compact
  *
  * Output is one `key: value` per line (stats) or one volume per line, so
  * scripts can grep it.  Commands are a table: `compact` (near-data
@@ -18,6 +19,7 @@
 #include "common/coding.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "engine/eng.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
 #include "memnode/mn_server.h"
@@ -30,6 +32,7 @@ struct ctl {
 	size_t token_len;
 	bool has_token;
 	int timeout_ms;
+	const char *volume;
 };
 
 static int ctl_connect(const struct ctl *x, struct mn_client **out)
@@ -125,10 +128,48 @@ static int cmd_volumes(const struct ctl *x, int argc, char **argv)
 	return rc ? 1 : 0;
 }
 
+/* Open the volume as its writer (so it must not be mounted), compact every
+ * level down into the deepest one on the memory node, report, close. */
 static int cmd_compact(const struct ctl *x, int argc, char **argv)
 {
-	fprintf(stderr, "dkvfs-ctl: compact is not implemented yet\n");
-	return 2;
+	struct eng_options o;
+	struct eng_stats a, b;
+	eng_db *db = NULL;
+	int rc;
+
+	if (!x->memnode) {
+		fprintf(stderr, "dkvfs-ctl: --memnode=HOST:PORT is required\n");
+		return 2;
+	}
+	eng_options_init(&o);
+	o.memnode = x->memnode;
+	o.transport = x->transport;
+	o.volume = x->volume ? x->volume : "default";
+	o.token = x->has_token ? x->token : NULL;
+	o.token_len = x->token_len;
+	o.op_timeout_ms = x->timeout_ms;
+	o.create_if_missing = false;
+	rc = eng_open(&o, &db);
+	if (rc) {
+		fprintf(stderr, "dkvfs-ctl: cannot open volume %s: %s%s\n", o.volume,
+			dkv_strerror(rc), rc == -DKV_E_LEASE ? " (unmount it first)" : "");
+		return 1;
+	}
+	eng_stats(db, &a);
+	rc = eng_compact_all(db);
+	eng_stats(db, &b);
+	if (rc)
+		fprintf(stderr, "dkvfs-ctl: compact: %s\n", dkv_strerror(rc));
+	printf("tables_before: %llu\ntables_after: %llu\ntable_bytes_before: %llu\n"
+	       "table_bytes_after: %llu\ncompactions: %llu\ncompaction_bytes_read: %llu\n"
+	       "compaction_bytes_written: %llu\ncompaction_net_bytes: %llu\n",
+	       (unsigned long long)a.tables, (unsigned long long)b.tables,
+	       (unsigned long long)a.table_bytes, (unsigned long long)b.table_bytes,
+	       (unsigned long long)b.compactions, (unsigned long long)b.compaction_bytes_read,
+	       (unsigned long long)b.compaction_bytes_written,
+	       (unsigned long long)b.compaction_net_bytes);
+	rc = eng_close(db) ? 1 : rc ? 1 : 0;
+	return rc;
 }
 
 static const struct {
@@ -138,13 +179,13 @@ static const struct {
 } cmds[] = {
 	{ "stats", cmd_stats, "capacity, use, volumes, clients and their grants, traffic" },
 	{ "volumes", cmd_volumes, "the volumes of the node, one per line" },
-	{ "compact", cmd_compact, "(reserved) ask for a compaction" },
+	{ "compact", cmd_compact, "compact --volume (default \"default\") down to its last level" },
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dkvfs-ctl --memnode=HOST:PORT [--token-file FILE] "
-		   "[--transport tcp|local|rdma|auto] [--timeout MS] COMMAND\n"
+		   "[--transport tcp|local|rdma|auto] [--timeout MS] [--volume NAME] COMMAND\n"
 		   "commands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
@@ -157,6 +198,7 @@ int main(int argc, char **argv)
 		{ "token-file", required_argument, NULL, 'k' },
 		{ "transport", required_argument, NULL, 't' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "volume", required_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -190,6 +232,9 @@ int main(int argc, char **argv)
 				fprintf(stderr, "dkvfs-ctl: bad --timeout %s\n", optarg);
 				return 2;
 			}
+			break;
+		case 'v':
+			x.volume = optarg;
 			break;
 		case 'h':
 			usage(stdout);
