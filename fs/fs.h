@@ -35,7 +35,10 @@ struct fs_opts {
 	bool read_only;
 	double entry_timeout;    /* seconds the kernel caches names, default 1 */
 	double attr_timeout;     /* seconds the kernel caches attributes, default 1 */
-	bool implicit_dirs;      /* names with keys below but no marker are dirs (default true) */
+	bool implicit_dirs;      /* lookups also find directories that have keys below
+				  * them but no marker (raw key API): one iterator seek per
+				  * failed lookup.  Default false: listings find them and
+				  * write their marker, after which lookups do too. */
 	unsigned max_dirty_chunks; /* per open file before early chunk writes, default 4 */
 	bool sync_on_close;      /* close() also eng_sync()s (default false: fsync does) */
 };

@@ -25,6 +25,7 @@
 #include "fs/fs_int.h"
 
 #define RECLAIM_BATCH 256
+#define RECLAIM_DIRECT_MAX 4096 /* chunks (1 GiB) deleted without a range scan */
 
 int64_t fs_now_ns(void)
 {
@@ -40,7 +41,7 @@ void fs_opts_init(struct fs_opts *o)
 	o->root_gid = getgid();
 	o->entry_timeout = 1.0;
 	o->attr_timeout = 1.0;
-	o->implicit_dirs = true;
+	o->implicit_dirs = false;
 	o->max_dirty_chunks = 4;
 }
 
@@ -101,7 +102,8 @@ static int decode_rec(const void *v, size_t vl, const uint8_t *key, size_t klen,
 	return rc;
 }
 
-int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey)
+int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
+	      bool implicit)
 {
 	struct fs_key mk;
 	void *v = NULL;
@@ -136,7 +138,7 @@ int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, str
 		if (rc != -ENOENT)
 			return rc;
 	}
-	if (!fs->opts.implicit_dirs && k->len > 1)
+	if ((!implicit || !fs->opts.implicit_dirs) && k->len > 1)
 		return -ENOENT;
 	/* implicit directory: any key below it (or the root, always) */
 	bool found = k->len == 1;
@@ -225,14 +227,14 @@ int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_ke
 	return rc;
 }
 
-int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from)
+int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from, uint64_t upto)
 {
 	uint8_t lo[FS_CHUNK_KEY_LEN], hi[FS_CHUNK_KEY_LEN], ik[FS_INTENT_KEY_LEN];
 	uint64_t first = (from + FS_CHUNK_SIZE - 1) >> FS_CHUNK_SHIFT;
 	struct fs_kv_iter *it = NULL;
 	struct fs_kv_batch *b = NULL;
 	uint64_t n = 0;
-	int rc;
+	int rc = 0;
 
 	FS_COUNT(fs, reclaims, 1);
 	b = fs_kv_batch_create(fs->kv);
@@ -250,6 +252,20 @@ int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from)
 		free(v);
 		if (rc && rc != -ENOENT)
 			goto out;
+	}
+	if (upto != UINT64_MAX) {
+		/* sizes known: delete the possible chunk keys, no range scan */
+		uint64_t end = (upto + FS_CHUNK_SIZE - 1) >> FS_CHUNK_SHIFT;
+		if (end <= first || end - first <= RECLAIM_DIRECT_MAX) {
+			for (uint64_t i = first; i < end && !rc; i++) {
+				fs_key_chunk(lo, data_id, i);
+				rc = fs_kv_batch_delete(b, lo, sizeof(lo));
+				n++;
+			}
+			if (rc)
+				goto out;
+			goto done;
+		}
 	}
 	fs_key_chunk(lo, data_id, first);
 	fs_key_chunk(hi, data_id + 1, 0);
@@ -274,6 +290,7 @@ int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from)
 	}
 	if (rc < 0)
 		goto out;
+done:
 	fs_key_intent(ik, data_id);
 	rc = fs_kv_batch_delete(b, ik, sizeof(ik));
 	if (!rc)
@@ -401,7 +418,7 @@ static int recover_intents(struct fs_ctx *fs)
 	if (rc > 0)
 		rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = fs_reclaim(fs, ids[i], froms[i]);
+		rc = fs_reclaim(fs, ids[i], froms[i], UINT64_MAX);
 	if (n)
 		dkv_info("reclaimed the chunks of %zu interrupted writes or deleted files", n);
 	free(ids);

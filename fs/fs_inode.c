@@ -108,6 +108,7 @@ static int inode_new(const uint8_t *key, size_t klen, const struct fs_rec *rec,
 	}
 	ino->committed_data_id = (rec->flags & FS_REC_CHUNKED) ? rec->data_id : 0;
 	ino->committed_size = rec->size;
+	ino->hwm = rec->size;
 	*out = ino;
 	return 0;
 }
@@ -169,7 +170,7 @@ int fs_inode_get(struct fs_ctx *fs, const char *path, struct fs_inode **out)
 	struct fs_key *rk = k + 1;
 	rc = fs_key_from_path(k, path);
 	if (!rc)
-		rc = fs_lookup(fs, k, &rec, rk);
+		rc = fs_lookup(fs, k, &rec, rk, true);
 	if (rc)
 		goto out;
 	struct fs_inode *ino = fs_inode_find(fs, rec.ino);
@@ -188,15 +189,25 @@ out:
 	return rc;
 }
 
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t m = a > b ? a : b;
+	return m > c ? m : c;
+}
+
 static void reclaim_all(struct fs_ctx *fs, struct fs_inode *ino)
 {
+	uint64_t cur = is_chunked(ino) ? ino->rec.data_id : 0;
 	if (ino->committed_data_id)
-		fs_reclaim(fs, ino->committed_data_id, 0);
-	if (is_chunked(ino) && ino->rec.data_id != ino->committed_data_id)
-		fs_reclaim(fs, ino->rec.data_id, 0);
+		fs_reclaim(fs, ino->committed_data_id, 0,
+			   ino->committed_data_id == cur ?
+				   max3(ino->committed_size, ino->rec.size, ino->hwm) :
+				   ino->committed_size);
+	if (cur && cur != ino->committed_data_id)
+		fs_reclaim(fs, cur, 0, max3(0, ino->rec.size, ino->hwm));
 	for (size_t i = 0; i < ino->nretired; i++)
-		if (ino->retired[i] != ino->committed_data_id)
-			fs_reclaim(fs, ino->retired[i], 0);
+		if (ino->retired[i].data_id != ino->committed_data_id)
+			fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
 }
 
 void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino)
@@ -223,17 +234,17 @@ void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino)
 	inode_free(ino);
 }
 
-int fs_inode_retire(struct fs_inode *ino, uint64_t data_id)
+int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto)
 {
 	if (!data_id)
 		return 0;
 	for (size_t i = 0; i < ino->nretired; i++)
-		if (ino->retired[i] == data_id)
+		if (ino->retired[i].data_id == data_id)
 			return 0;
-	uint64_t *n = realloc(ino->retired, (ino->nretired + 1) * sizeof(*n));
+	struct fs_retired *n = realloc(ino->retired, (ino->nretired + 1) * sizeof(*n));
 	if (!n)
 		return -ENOMEM;
-	n[ino->nretired++] = data_id;
+	n[ino->nretired++] = (struct fs_retired){ .data_id = data_id, .upto = upto };
 	ino->retired = n;
 	return 0;
 }
@@ -399,12 +410,15 @@ static int to_chunked(struct fs_ctx *fs, struct fs_inode *ino)
 	ino->rec.flags |= FS_REC_CHUNKED;
 	ino->rec.data_id = id;
 	ino->intent = false;
+	ino->hwm = ino->rec.size;
 	drop_clean(ino);
 	return 0;
 }
 
 static void stamp_modified(struct fs_inode *ino)
 {
+	if (ino->rec.size > ino->hwm)
+		ino->hwm = ino->rec.size;
 	ino->rec.mtime = ino->rec.ctime = fs_now_ns();
 	ino->dirty = true;
 }
@@ -534,7 +548,8 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 			if (rc < 0)
 				return rc;
 		}
-		rc = fs_inode_retire(ino, ino->rec.data_id);
+		uint64_t upto = max3(ino->hwm, ino->rec.size, ino->committed_size);
+		rc = fs_inode_retire(ino, ino->rec.data_id, upto);
 		if (rc)
 			return rc;
 		free_chunks(ino);
@@ -641,7 +656,7 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 		rc = fs_kv_batch_delete(b, key, sizeof(key));
 	}
 	for (size_t i = 0; i < ino->nretired && !rc; i++)
-		rc = fs_batch_put_intent(b, ino->retired[i], 0);
+		rc = fs_batch_put_intent(b, ino->retired[i].data_id, 0);
 	if (!rc)
 		rc = fs_kv_write(fs->kv, b, false);
 	pthread_rwlock_unlock(&fs->ns_lock);
@@ -663,7 +678,7 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 	ino->trim_from = UINT64_MAX;
 	ino->dirty = false;
 	for (size_t i = 0; i < ino->nretired; i++)
-		fs_reclaim(fs, ino->retired[i], 0);
+		fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
 	free(ino->retired);
 	ino->retired = NULL;
 	ino->nretired = 0;

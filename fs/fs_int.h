@@ -45,6 +45,11 @@ struct fs_chunk {
 	uint8_t *buf; /* FS_CHUNK_SIZE bytes; bytes at file offsets >= size are zero */
 };
 
+struct fs_retired {
+	uint64_t data_id;
+	uint64_t upto; /* no chunk at or beyond this offset */
+};
+
 struct fs_inode {
 	struct fs_inode *next;    /* hash chain; open_lock */
 	uint64_t ino;             /* immutable */
@@ -64,8 +69,10 @@ struct fs_inode {
 	bool intent;              /* an intent key exists for rec.data_id */
 	uint64_t committed_data_id; /* 0: committed record is inline */
 	uint64_t committed_size;
-	uint64_t *retired;        /* data ids to give up at the next commit */
+	struct fs_retired *retired; /* data ids to give up at the next commit */
 	size_t nretired;
+	uint64_t hwm;             /* largest size since rec.data_id was set: no
+				   * chunk of it lies beyond */
 	struct fs_chunk *chunks;  /* dirty chunks */
 	size_t nchunks;
 	struct fs_chunk clean;    /* one clean chunk cached for reads (buf NULL: none) */
@@ -88,10 +95,14 @@ struct fs_ctx {
 int64_t fs_now_ns(void);
 int fs_alloc_id(struct fs_ctx *fs, uint64_t *id);
 /* Record of a path key: tries the directory marker, then the file record,
- * then (implicit_dirs) any key below.  On success *rec is filled (caller
+ * then (implicit && implicit_dirs) any key below: one bounded iterator seek,
+ * the costly part of a lookup that fails, so callers that only need to know
+ * whether a name is taken for a write pass implicit = false (the kernel has
+ * looked the name up with implicit = true before).  On success *rec is filled (caller
  * releases) and, if reckey is not NULL, reckey receives the key holding the
  * record (len 0 for an implicit directory).  -ENOENT, -EIO (corrupt record). */
-int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey);
+int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
+	      bool implicit);
 /* Encode rec and add it to b under key. */
 int fs_batch_put_rec(struct fs_kv_batch *b, const uint8_t *key, size_t klen, const struct fs_rec *rec);
 /* Add intent data_id -> from to b. */
@@ -104,8 +115,9 @@ int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_ke
 		    struct fs_rec *parent);
 /* Delete every chunk of data_id at or after byte offset from (trimming the
  * chunk that holds from), then the intent key.  Crash safe: the intent stays
- * until the chunks are gone. */
-int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from);
+ * until the chunks are gone.  upto: no chunk lies at or beyond this offset
+ * (lets small files go without a range scan), or UINT64_MAX if unknown. */
+int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from, uint64_t upto);
 /* Fill st from rec. */
 struct stat;
 void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st);
@@ -127,7 +139,7 @@ int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, siz
 int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size);
 int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino);
 /* Give up data id at the next commit (intent, then reclaim). */
-int fs_inode_retire(struct fs_inode *ino, uint64_t data_id);
+int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto);
 /* Rewrite keys of open inodes at or below from (rename); ns_lock exclusive held. */
 void fs_inode_rename_keys(struct fs_ctx *fs, const struct fs_key *from, const struct fs_key *to);
 /* Commit every open inode (unmount). */

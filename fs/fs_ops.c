@@ -168,7 +168,7 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		return -ENOMEM;
 	int rc = fs_key_from_path(k, path);
 	if (!rc)
-		rc = fs_lookup(fs, k, &rec, NULL);
+		rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc)
 		stat_of(fs, &rec, st);
 	fs_rec_release(&rec);
@@ -212,7 +212,7 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 		goto out_free;
 	}
 	pthread_rwlock_rdlock(&fs->ns_lock);
-	rc = fs_lookup(fs, k, &old, NULL);
+	rc = fs_lookup(fs, k, &old, NULL, false);
 	if (rc == 0)
 		rc = -EEXIST;
 	if (rc != -ENOENT)
@@ -297,7 +297,7 @@ static int op_readlink(const char *path, char *buf, size_t size)
 		return -ENOMEM;
 	int rc = fs_key_from_path(k, path);
 	if (!rc)
-		rc = fs_lookup(fs, k, &rec, NULL);
+		rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc && !S_ISLNK(rec.mode))
 		rc = -EINVAL;
 	if (!rc && size) {
@@ -411,7 +411,7 @@ static int op_rmdir(const char *path)
 		goto out;
 	}
 	pthread_rwlock_rdlock(&fs->ns_lock);
-	rc = fs_lookup(fs, k, &rec, NULL);
+	rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc && !S_ISDIR(rec.mode))
 		rc = -ENOTDIR;
 	k[1] = k[0];
@@ -489,7 +489,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 	struct fs_key *k = key_alloc(2);
 	struct fs_rec rf = FS_REC_INIT, rt = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;
-	uint64_t reclaim_id = 0, moved = 0;
+	uint64_t reclaim_id = 0, reclaim_upto = 0, moved = 0;
 	bool exists = false;
 	int rc;
 
@@ -526,10 +526,10 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		goto out;
 	}
 	pthread_rwlock_wrlock(&fs->ns_lock);
-	rc = fs_lookup(fs, kf, &rf, NULL);
+	rc = fs_lookup(fs, kf, &rf, NULL, true);
 	if (rc)
 		goto out_unlock;
-	rc = fs_lookup(fs, kt, &rt, NULL);
+	rc = fs_lookup(fs, kt, &rt, NULL, false);
 	if (rc == 0)
 		exists = true;
 	else if (rc != -ENOENT)
@@ -570,6 +570,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 	if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
 		rc = fs_batch_put_intent(b, rt.data_id, 0);
 		reclaim_id = rt.data_id;
+		reclaim_upto = rt.size;
 	}
 	if (!rc)
 		rc = fs_touch_parent(fs, b, kf, NULL);
@@ -591,7 +592,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 out_unlock:
 	pthread_rwlock_unlock(&fs->ns_lock);
 	if (!rc && reclaim_id)
-		fs_reclaim(fs, reclaim_id, 0);
+		fs_reclaim(fs, reclaim_id, 0, reclaim_upto);
 	FS_COUNT(fs, renames, 1);
 	FS_COUNT(fs, renamed_keys, moved);
 out:
@@ -894,7 +895,7 @@ static int read_rec(struct fs_ctx *fs, const char *path, struct fs_rec *rec)
 		return -ENOMEM;
 	int rc = fs_key_from_path(k, path);
 	if (!rc)
-		rc = fs_lookup(fs, k, rec, NULL);
+		rc = fs_lookup(fs, k, rec, NULL, true);
 	free(k);
 	if (rc)
 		return rc;
@@ -997,7 +998,7 @@ static int op_opendir(const char *path, struct fuse_file_info *fi)
 		struct fs_rec rec = FS_REC_INIT;
 		int rc = fs_key_from_path(&dh->dir, path);
 		if (!rc)
-			rc = fs_lookup(fs, &dh->dir, &rec, NULL);
+			rc = fs_lookup(fs, &dh->dir, &rec, NULL, true);
 		if (!rc && !S_ISDIR(rec.mode))
 			rc = -ENOTDIR;
 		dh->ino = rec.ino;
@@ -1030,6 +1031,26 @@ static int skip_child(struct fs_ctx *fs, struct fs_dirh *dh, const uint8_t *name
 	k[dh->dir.len + nl] = 0x01;
 	FS_COUNT(fs, readdir_seeks, 1);
 	return fs_kv_iter_seek(dh->it, k, dh->dir.len + nl + 1);
+}
+
+/* A directory found only through keys below it (raw key API) gets its
+ * marker, so plain point lookups find it from now on. */
+static void materialize_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen,
+			    const struct fs_rec *rec)
+{
+	uint8_t mk[FS_KEY_MAX];
+	if (fs->opts.read_only || klen + 1 > FS_KEY_MAX)
+		return;
+	memcpy(mk, key, klen);
+	mk[klen] = FS_SEP;
+	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
+	int rc = b ? fs_batch_put_rec(b, mk, klen + 1, rec) : -ENOMEM;
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	fs_kv_batch_destroy(b);
+	if (rc)
+		dkv_warn("cannot write the marker of a directory found in a listing: %s",
+			 dkv_strerror(rc));
 }
 
 /* Produce the next entry of the listing into dh->name / dh->st.
@@ -1081,6 +1102,7 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 			rc = fs_rec_decode(v, vl, &rec);
 		} else if (kind == 2) {
 			fs_rec_implicit_dir(fs, key, plen + nl, &rec);
+			materialize_dir(fs, key, plen + nl, &rec);
 		}
 		if (kind != 0)
 			dh->rc = skip_child(fs, dh, (const uint8_t *)dh->name, nl);

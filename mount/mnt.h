@@ -36,7 +36,7 @@ struct mnt_opts {
 	int max_dirty;       /* dirty 256 KiB chunks per open file */
 	double entry_timeout, attr_timeout;
 	int sync_on_close;
-	int no_implicit_dirs;
+	int implicit_dirs;
 	int read_only;       /* -o ro seen (also passed on to FUSE) */
 };
 
