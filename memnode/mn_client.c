@@ -377,6 +377,26 @@ static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_exten
 	return 0;
 }
 
+/* Ask for the one run holding off (granted on ch) and add it. Lock held. */
+static int ext_fetch(struct mn_client *c, struct rpc_chan *ch, uint64_t off)
+{
+	uint8_t req[8], rep[MN_EXTENT_WIRE];
+	struct mn_ext x;
+	size_t rl = 0;
+	int rc;
+
+	put_u64(req, off);
+	rc = rpc_call(ch, MN_OP_GRANT, req, 8, NULL, rep, sizeof(rep), &rl);
+	if (rc)
+		return map_err(rc);
+	if (rl != sizeof(rep))
+		return -EBADMSG;
+	x = (struct mn_ext){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), rep[21] };
+	if (x.off < MN_HDR_SIZE || !x.len || x.off > off || off - x.off >= x.len)
+		return -EBADMSG;
+	return ext_add(c, &x);
+}
+
 /* ------------------------------------------------------------ connection */
 
 static int open_volume(struct mn_client *c, struct rpc_chan *ch)
@@ -525,8 +545,10 @@ static int acquire(struct mn_client *c, uint64_t off, size_t len, bool write,
 		goto out;
 	e = ext_find(c, off, len);
 	if (!e) {
-		rc = ext_refresh(c, ch, NULL, NULL);
+		rc = ext_fetch(c, ch, off);
 		e = rc ? NULL : ext_find(c, off, len);
+		if (rc == -ENOENT)
+			rc = 0; /* not ours: -DKV_E_GRANT below */
 	}
 	if (!e || (write && !(e->access & NET_ACCESS_REMOTE_WRITE))) {
 		rpc_chan_unref(ch);

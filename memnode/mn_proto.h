@@ -42,7 +42,8 @@ enum mn_op {
 	MN_OP_VOLUMES,
 	MN_OP_CLOSE,         /* release lease and grants now (before disconnecting) */
 	MN_OP_ECHO,          /* tests: echo the body, report the argument */
-	MN_OP_COMPACT,       /* reserved for near-data compaction */
+	MN_OP_COMPACT,       /* near-data compaction (memnode/mn_compact.c) */
+	MN_OP_GRANT,         /* the run holding an offset, with this conn's rkey */
 	MN_OP_MAX = 64,      /* dispatch table size */
 };
 

@@ -473,6 +473,28 @@ int mn_next_run(const struct mn_region *r, int v, uint32_t *cursor, uint64_t *of
 	return 1;
 }
 
+int mn_run_at(const struct mn_region *r, int v, uint64_t off, uint64_t *start, uint64_t *len,
+	      enum mn_kind *kind)
+{
+	uint32_t p, id;
+
+	if (v < 0 || v >= MN_MAX_VOLUMES || off >= r->size)
+		return -ENOENT;
+	id = r->vols[v].id;
+	p = (uint32_t)(off / MN_PAGE_SIZE);
+	if (r->owner[p] != id)
+		return -ENOENT;
+	/* Walk back to the run's head: every page of a run has its owner. */
+	while (!r->run[p] && p > 1 && r->owner[p - 1] == id)
+		p--;
+	if (!r->run[p])
+		return -ENOENT;
+	*start = (uint64_t)p * MN_PAGE_SIZE;
+	*len = (uint64_t)r->run[p] * MN_PAGE_SIZE;
+	*kind = (enum mn_kind)r->kind[p];
+	return 0;
+}
+
 /* Slot s: 1 valid (seq, len), 0 empty/invalid. */
 static int root_slot_get(const struct mn_region *r, int v, int s, uint64_t *seq, uint32_t *len)
 {

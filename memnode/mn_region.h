@@ -94,6 +94,11 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
 int mn_next_run(const struct mn_region *r, int v, uint32_t *cursor, uint64_t *off,
 		uint64_t *len, enum mn_kind *kind);
 
+/* The run of volume v holding region offset off: 0 and the run, or -ENOENT
+ * (free, the header, or another volume's). */
+int mn_run_at(const struct mn_region *r, int v, uint64_t off, uint64_t *start, uint64_t *len,
+	      enum mn_kind *kind);
+
 /* Roots: get copies up to cap bytes, *len 0 when never set. */
 int mn_root_read(const struct mn_region *r, int v, void *buf, size_t cap, size_t *len,
 		 uint64_t *seq);

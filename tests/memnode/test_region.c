@@ -56,6 +56,16 @@ Test(region, alloc_free_first_fit_and_enospc)
 	cr_assert_eq(len, 1 << 20);
 	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 5 << 20, &off[2], &len), 0);
 	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 1, &off[3], &len), -ENOSPC);
+	uint64_t st, rl;
+	enum mn_kind kd;
+	cr_assert_eq(mn_run_at(&r, v, off[2] + (3 << 20) + 5, &st, &rl, &kd), 0);
+	cr_assert_eq(st, off[2]);
+	cr_assert_eq(rl, 5 << 20);
+	cr_assert_eq(kd, MN_KIND_SLAB);
+	cr_assert_eq(mn_run_at(&r, v, off[1], &st, &rl, &kd), 0);
+	cr_assert_eq(kd, MN_KIND_NODE);
+	cr_assert_eq(mn_run_at(&r, v, 100, &st, &rl, &kd), -ENOENT); /* header */
+	cr_assert_eq(mn_run_at(&r, 3, off[1], &st, &rl, &kd), -ENOENT);
 	/* Wrong kind / not a head / not ours. */
 	cr_assert_eq(mn_free(&r, v, MN_KIND_NODE, off[0]), -EPERM);
 	cr_assert_eq(mn_free(&r, v, MN_KIND_SLAB, off[0] + (1 << 20)), -ENOENT);
