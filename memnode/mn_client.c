@@ -6,9 +6,9 @@
  * broke: the next call reconnects, re-presenting token, volume and lease),
  * and the extent table of the current connection: every run of the volume
  * with the rkey the node granted on this connection.  Translating a region
- * offset is a binary search in that table; a miss refreshes it once
- * (LIST_EXTENTS creates grants for runs the node allocated since), then
- * fails with -DKV_E_GRANT.
+ * offset is a binary search in that table; a miss asks the node for that
+ * one run (GRANT: e.g. a compaction output allocated since), then fails
+ * with -DKV_E_GRANT.
  *
  * Locking: c->lock protects ch, info and the extent table; it is held
  * across a reconnect (so concurrent callers wait for one reconnect rather
