@@ -56,6 +56,9 @@
 #define RPC_SERVER_SPIN_NS  100000
 #define RPC_CONN_ARG_BUDGET (256u << 20)
 
+_Static_assert(RPC_REQ_HDR == 64 && RPC_REPLY_HDR == 32, "wire header sizes (docs/rpc.md)");
+_Static_assert(RPC_REQ_MAX > RPC_REQ_HDR && RPC_REQ_MAX % 64 == 0, "request buffers");
+_Static_assert(RPC_RECV_BUF >= 16, "RECV buffers for immediates");
 _Static_assert(RPC_ENTS < (1 << 16), "entry index fits 16 bits of wr_id");
 _Static_assert(RPC_SLOTS <= 256, "slot index fits 8 bits of the immediate");
 _Static_assert(RPC_SERVER_RECVS < (1 << 16), "server slot fits wr_id");
