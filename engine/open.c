@@ -245,15 +245,16 @@ int eng_open(const struct eng_options *o, eng_db **out)
 		pthread_mutex_unlock(&db->man_mu);
 		if (r)
 			goto fail;
+		/* Before the flush thread, which schedules compactions. */
+		r = eng_compaction_start(db);
+		if (r)
+			goto fail;
 		r = pthread_create(&db->flush_thread, NULL, eng_flush_main, db);
 		if (r) {
 			r = -r;
 			goto fail;
 		}
 		db->flush_thread_started = true;
-		r = eng_compaction_start(db);
-		if (r)
-			goto fail;
 	}
 	eng_edit_release(&st);
 	dkv_debug("volume %s opened: %llu entries recovered from the WAL, last seq %llu",
@@ -277,7 +278,6 @@ int eng_close(eng_db *db)
 	 * must not lose them, so they are flushed (the rest is in the WAL). */
 	if (atomic_load(&db->unlogged) && db->flush_thread_started)
 		r = eng_flush(db);
-	eng_compaction_stop(db); /* first: it installs edits */
 	if (db->flush_thread_started) {
 		pthread_mutex_lock(&db->mu);
 		db->stop = true;
@@ -286,6 +286,9 @@ int eng_close(eng_db *db)
 		pthread_join(db->flush_thread, NULL);
 		db->flush_thread_started = false;
 	}
+	/* After the flush thread (which schedules compactions), before the
+	 * state its installs touch goes away. */
+	eng_compaction_stop(db);
 	if (db->mc && !db->read_only && db->mem && db->current) {
 		int r2 = eng_wal_sync(db);
 
