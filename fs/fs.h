@@ -41,6 +41,7 @@ struct fs_opts {
 				  * write their marker, after which lookups do too. */
 	unsigned max_dirty_chunks; /* per open file before early chunk writes, default 4 */
 	bool sync_on_close;      /* close() also eng_sync()s (default false: fsync does) */
+	bool writeback_cache;    /* kernel writeback cache (default false) */
 };
 void fs_opts_init(struct fs_opts *o);
 

@@ -134,7 +134,10 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
-	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	if (fs->opts.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	else
+		conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	conn->max_write = 1u << 20;
 	conn->max_readahead = 1u << 20;
 	return fs;

@@ -37,6 +37,7 @@ struct mnt_opts {
 	double entry_timeout, attr_timeout;
 	int sync_on_close;
 	int implicit_dirs;
+	int writeback_cache;
 	int read_only;       /* -o ro seen (also passed on to FUSE) */
 };
 

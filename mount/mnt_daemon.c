@@ -71,6 +71,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("attr_timeout=%lf", attr_timeout),
 	OPT("sync_on_close", sync_on_close),
 	OPT("implicit_dirs", implicit_dirs),
+	OPT("writeback_cache", writeback_cache),
 	FUSE_OPT_KEY("memtable_size=", KEY_MEMTABLE),
 	FUSE_OPT_KEY("slab_size=", KEY_SLAB),
 	FUSE_OPT_KEY("ro", KEY_RO),
@@ -107,6 +108,7 @@ static void usage(const char *prog)
 	       "  -o entry_timeout=SEC     kernel name cache (default 1)\n"
 	       "  -o attr_timeout=SEC      kernel attribute cache (default 1)\n"
 	       "  -o sync_on_close         make close() as durable as fsync()\n"
+	       "  -o writeback_cache       let the kernel buffer writes (faster small writes)\n"
 	       "  -o implicit_dirs         lookups find directories that have no marker (keys\n"
 	       "                           written by the raw key API); costs a seek per miss\n"
 	       "  -o backend=mem           keep everything in this process (tests; not persistent)\n"
@@ -563,6 +565,7 @@ int mnt_main(int argc, char **argv)
 		fo.max_dirty_chunks = (unsigned)m->o.max_dirty;
 	fo.sync_on_close = m->o.sync_on_close;
 	fo.implicit_dirs = m->o.implicit_dirs;
+	fo.writeback_cache = m->o.writeback_cache;
 	rc = fs_create(m->kv, &fo, &m->fs);
 	if (rc) {
 		dkv_err("cannot open the filesystem: %s", dkv_strerror(rc));
