@@ -31,13 +31,18 @@
 #define STATS_FILE_INO 3
 #define STATS_CAP      (16u << 10)
 
+#define FH_MAGIC  0x66684b44u /* "DKhf": a file handle */
+#define DIR_MAGIC 0x64684b44u /* "DKhd": a directory handle */
+
 struct fs_fh {
+	uint32_t magic;       /* FH_MAGIC */
 	struct fs_inode *ino; /* NULL: the stats file */
 	char *stats;
 	size_t stats_len;
 };
 
 struct fs_dirh {
+	uint32_t magic;        /* DIR_MAGIC */
 	pthread_mutex_t mu;
 	struct fs_kv_iter *it; /* NULL until the first entry is asked for */
 	int rc;                /* result of the iterator's last movement */
@@ -48,6 +53,14 @@ struct fs_dirh {
 	uint64_t ino;          /* the directory's own, for "." */
 	struct fs_key dir;     /* children prefix: directory key + separator */
 };
+
+/* The file handle behind fi, or NULL (none, or a directory handle: FUSE
+ * may hand those to attribute operations too). */
+static struct fs_fh *fh_of(const struct fuse_file_info *fi)
+{
+	struct fs_fh *fh = fi ? (struct fs_fh *)(uintptr_t)fi->fh : NULL;
+	return fh && fh->magic == FH_MAGIC ? fh : NULL;
+}
 
 static struct fs_ctx *FS(void)
 {
@@ -146,8 +159,8 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = FS();
-	if (fi && fi->fh) {
-		struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	struct fs_fh *fh = fh_of(fi);
+	if (fh) {
 		if (!fh->ino) {
 			special_stat(2, st);
 			st->st_size = (off_t)fh->stats_len;
@@ -616,11 +629,14 @@ static int with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, 
 	struct fs_inode *ino = NULL;
 	bool own = false;
 	int rc = 0;
-	if (fi && fi->fh) {
-		ino = ((struct fs_fh *)(uintptr_t)fi->fh)->ino;
+	struct fs_fh *fh = fh_of(fi);
+	if (fh) {
+		ino = fh->ino;
 		if (!ino)
 			return -EPERM;
 	} else {
+		if (!path)
+			return -EBADF;
 		if (special(path))
 			return special(path) == 3 ? -ENOENT : -EPERM;
 		rc = fs_inode_get(fs, path, &ino);
@@ -719,6 +735,7 @@ static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file
 	struct fs_fh *fh = calloc(1, sizeof(*fh));
 	if (!fh)
 		return -ENOMEM;
+	fh->magic = FH_MAGIC;
 	fh->ino = ino;
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 1;
@@ -743,6 +760,7 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 			free(buf);
 			return -ENOMEM;
 		}
+		fh->magic = FH_MAGIC;
 		fh->stats = buf;
 		fh->stats_len = fs_stats_text(fs, buf, STATS_CAP);
 		fi->fh = (uintptr_t)fh;
@@ -992,6 +1010,7 @@ static int op_opendir(const char *path, struct fuse_file_info *fi)
 	dh = calloc(1, sizeof(*dh));
 	if (!dh)
 		return -ENOMEM;
+	dh->magic = DIR_MAGIC;
 	pthread_mutex_init(&dh->mu, NULL);
 	if (sp == 1) {
 		dh->rc = 1; /* /.dkvfs lists "stats" only */

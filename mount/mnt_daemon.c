@@ -474,14 +474,21 @@ static int daemonize(struct mnt *m)
 	return 0;
 }
 
-static void quiet_stdio(void)
+/* Detach from the terminal; embedded mode keeps its log in data_dir. */
+static void quiet_stdio(struct mnt *m)
 {
+	char log[PATH_MAX + 16];
 	int fd = open("/dev/null", O_RDWR);
 	if (fd < 0)
 		return;
 	dup2(fd, 0);
 	dup2(fd, 1);
-	dup2(fd, 2);
+	int lfd = -1;
+	if (m->data_dir[0] && snprintf(log, sizeof(log), "%s/dkvfs.log", m->data_dir) < (int)sizeof(log))
+		lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	dup2(lfd >= 0 ? lfd : fd, 2);
+	if (lfd > 2)
+		close(lfd);
 	if (fd > 2)
 		close(fd);
 }
@@ -588,7 +595,7 @@ int mnt_main(int argc, char **argv)
 	dkv_info("mounted on %s", m->mountpoint);
 	tell_parent(m, 0);
 	if (!cmd.foreground)
-		quiet_stdio();
+		quiet_stdio(m);
 	if (cmd.singlethread) {
 		rc = fuse_loop(m->fuse);
 	} else {

@@ -621,3 +621,77 @@ Test(mount, concurrent_writers_and_listers)
 	cr_assert_str_eq(n, "30");
 	down();
 }
+
+/* Random pwrite/ftruncate/pread/fsync/reopen(O_TRUNC) through two handles
+ * per file, mirrored on a local directory; compared at every read, after
+ * close and after a remount. */
+Test(mount, random_io_through_two_handles_matches_a_local_fs)
+{
+	enum { NF = 3, MAXSZ = 3 << 20 };
+	static const size_t lens[] = { 1, 10, 4096, 5000, 70000, 300000, 600000 };
+	char ref[PATH_MAX + 8], p[PATH_MAX + 16], q[PATH_MAX + 16];
+	int fd[NF][2][2]; /* file, handle, 0 = mount / 1 = local */
+	uint8_t *a = malloc(600000), *b = malloc(600000);
+	cr_assert_eq(up(NULL), 0);
+	snprintf(ref, sizeof(ref), "%s/ref", T);
+	cr_assert_eq(mkdir(ref, 0755), 0);
+	for (int f = 0; f < NF; f++)
+		for (int h = 0; h < 2; h++) {
+			snprintf(p, sizeof(p), "%s/r%d", MNT, f);
+			snprintf(q, sizeof(q), "%s/r%d", ref, f);
+			fd[f][h][0] = open(p, O_RDWR | O_CREAT, 0644);
+			fd[f][h][1] = open(q, O_RDWR | O_CREAT, 0644);
+			cr_assert(fd[f][h][0] >= 0 && fd[f][h][1] >= 0);
+		}
+	for (int op = 0; op < 3000; op++) {
+		int f = (int)(rnd() % NF), h = (int)(rnd() % 2), k = (int)(rnd() % 100);
+		struct stat st0, st1;
+		cr_assert_eq(fstat(fd[f][h][1], &st1), 0);
+		size_t size = (size_t)st1.st_size;
+		if (k < 45) {
+			size_t off = rnd() % 10 < 7 ? rnd() % (size + 1) : rnd() % MAXSZ;
+			size_t len = lens[rnd() % (sizeof(lens) / sizeof(lens[0]))];
+			for (size_t i = 0; i < len; i++)
+				a[i] = (uint8_t)rnd();
+			cr_assert_eq(pwrite(fd[f][h][0], a, len, (off_t)off), (ssize_t)len, "op %d", op);
+			cr_assert_eq(pwrite(fd[f][h][1], a, len, (off_t)off), (ssize_t)len);
+		} else if (k < 55) {
+			static const size_t small[] = { 0, 1, 4096, 4097 };
+			size_t ns = rnd() % 2 ? small[rnd() % 4] : rnd() % MAXSZ;
+			cr_assert_eq(ftruncate(fd[f][h][0], (off_t)ns), 0);
+			cr_assert_eq(ftruncate(fd[f][h][1], (off_t)ns), 0);
+		} else if (k < 60) {
+			cr_assert_eq(fsync(fd[f][h][0]), 0);
+		} else if (k < 65) {
+			int flags = O_RDWR | (rnd() % 5 == 0 ? O_TRUNC : 0);
+			close(fd[f][h][0]);
+			close(fd[f][h][1]);
+			snprintf(p, sizeof(p), "%s/r%d", MNT, f);
+			snprintf(q, sizeof(q), "%s/r%d", ref, f);
+			fd[f][h][0] = open(p, flags);
+			fd[f][h][1] = open(q, flags);
+			cr_assert(fd[f][h][0] >= 0 && fd[f][h][1] >= 0);
+		} else {
+			cr_assert_eq(fstat(fd[f][h][0], &st0), 0);
+			cr_assert_eq(st0.st_size, st1.st_size, "op %d: size %ld, want %ld", op,
+				     (long)st0.st_size, (long)st1.st_size);
+			size_t off = rnd() % (size + 10), len = rnd() % 600000;
+			ssize_t n0 = pread(fd[f][h][0], a, len, (off_t)off);
+			ssize_t n1 = pread(fd[f][h][1], b, len, (off_t)off);
+			cr_assert_eq(n0, n1, "op %d: read %zu@%zu", op, len, off);
+			cr_assert_eq(memcmp(a, b, n1 > 0 ? (size_t)n1 : 0), 0, "op %d: data differs", op);
+		}
+	}
+	for (int f = 0; f < NF; f++)
+		for (int h = 0; h < 2; h++) {
+			cr_assert_eq(close(fd[f][h][0]), 0);
+			close(fd[f][h][1]);
+		}
+	cr_assert_eq(sh("diff -r %s %s", ref, MNT), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("diff -r %s %s", ref, MNT), 0, "differs after remount");
+	down();
+	free(a);
+	free(b);
+}
