@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/coding.h"
 #include "common/err.h"
@@ -667,8 +668,13 @@ static void *job_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "mn-compact");
 	r = job_load(j);
-	if (!r)
-		r = job_split(j, MN_COMPACT_THREADS);
+	if (!r) {
+		/* No more parts than CPUs: the node's RPC threads need some. */
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		int want = ncpu < 1 ? 1 : ncpu > MN_COMPACT_THREADS ? MN_COMPACT_THREADS : (int)ncpu;
+
+		r = job_split(j, want);
+	}
 	for (int i = 1; !r && i < j->nparts; i++) {
 		if (pthread_create(&j->parts[i].th, NULL, part_main, &j->parts[i]) == 0)
 			j->parts[i].started = true;
