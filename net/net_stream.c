@@ -1035,17 +1035,32 @@ static void tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_
 /* ------------------------------------------------------------------ */
 /* breaking and flushing                                              */
 
+/* Mark c broken (first error wins).  mu held; the caller shuts the socket
+ * down (conn_break) once it dropped mu. */
+static void set_broken_locked(struct ns_conn *c, int err)
+{
+	if (c->broken)
+		return;
+	__atomic_store_n(&c->broken, true, __ATOMIC_RELAXED);
+	c->err = err;
+	if (err != -ECONNRESET && err != -ECANCELED)
+		dkv_info("net: connection to %s broken: %s", c->peer, dkv_strerror(err));
+}
+
 static void conn_break(struct ns_conn *c, int err)
 {
 	pthread_mutex_lock(&c->mu);
-	if (!c->broken) {
-		c->broken = true;
-		c->err = err;
-		if (err != -ECONNRESET && err != -ECANCELED)
-			dkv_info("net: connection to %s broken: %s", c->peer, dkv_strerror(err));
-	}
+	set_broken_locked(c, err);
 	pthread_mutex_unlock(&c->mu);
 	shutdown(c->fd, SHUT_RDWR);
+}
+
+/* An answer carries an error: as on RDMA the QP goes to error, so the
+ * connection is broken before the WR's completion can be seen.  mu held. */
+static void slot_fail_and_break(struct ns_conn *c, struct ns_slot *s, int status)
+{
+	set_broken_locked(c, -ECONNRESET);
+	slot_complete(c, s, status);
 }
 
 /* rx thread only, after it stopped touching user memory. */
@@ -1579,7 +1594,10 @@ static int rx_frame(struct ns_reader *rd)
 				return err;
 		}
 		pthread_mutex_lock(&c->mu);
-		slot_complete(c, s, h.status);
+		if (h.status)
+			slot_fail_and_break(c, s, h.status);
+		else
+			slot_complete(c, s, 0);
 		pthread_mutex_unlock(&c->mu);
 		return h.status ? -ECONNRESET : 0;
 
@@ -1590,7 +1608,10 @@ static int rx_frame(struct ns_reader *rd)
 			pthread_mutex_unlock(&c->mu);
 			return -EPROTO;
 		}
-		slot_complete(c, s, h.status);
+		if (h.status)
+			slot_fail_and_break(c, s, h.status);
+		else
+			slot_complete(c, s, 0);
 		pthread_mutex_unlock(&c->mu);
 		return h.status ? -ECONNRESET : 0;
 
@@ -2286,14 +2307,17 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 			pthread_mutex_unlock(&c->mu);
 			goto out;
 		}
-		if (lr < 0 || (lr == 0 && wr->op != NET_WR_WRITE_IMM)) {
-			slot_complete(c, s, lr);
+		if (lr < 0) {
+			slot_fail_and_break(c, s, lr);
 			pthread_mutex_unlock(&c->mu);
-			if (lr < 0) {
-				dkv_warn("net: local access outside the grants of %s: %s",
-					 c->peer, dkv_strerror(lr));
-				drop = true;
-			}
+			dkv_warn("net: local access outside the grants of %s: %s", c->peer,
+				 dkv_strerror(lr));
+			drop = true;
+			goto out;
+		}
+		if (lr == 0 && wr->op != NET_WR_WRITE_IMM) {
+			slot_complete(c, s, 0);
+			pthread_mutex_unlock(&c->mu);
 			goto out;
 		}
 		pthread_mutex_unlock(&c->mu);

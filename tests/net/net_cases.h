@@ -128,6 +128,8 @@ static void t_pair_open(struct t_pair *p, enum net_kind k, const struct net_conn
 	t_connect(p, o, &p->c, &p->s);
 }
 
+/* Close the conns first: a responder may still be inside sendmsg() of
+ * memory the test frees next (its last answer already arrived). */
 static void t_pair_close(struct t_pair *p)
 {
 	net_close(p->c);
@@ -135,6 +137,17 @@ static void t_pair_close(struct t_pair *p)
 	net_listener_close(p->l);
 	net_domain_destroy(p->sd);
 	net_domain_destroy(p->cd);
+}
+
+/* Conns closed, then the memory, then listener and domains. */
+static void t_pair_end(struct t_pair *p, struct t_mem *sm, struct t_mem *cm)
+{
+	net_close(p->c);
+	net_close(p->s);
+	p->c = p->s = NULL;
+	t_mem_release(cm);
+	t_mem_release(sm);
+	t_pair_close(p);
 }
 
 /* Wait for exactly one completion. */
@@ -191,9 +204,7 @@ static void case_rw_sizes(enum net_kind k)
 		cr_assert_eq(wc.wr_id, 200 + i);
 		cr_assert_eq(memcmp(dst, src, n), 0, "read %zu differs", n);
 	}
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 static void case_inflight(enum net_kind k)
@@ -226,9 +237,7 @@ static void case_inflight(enum net_kind k)
 	}
 	for (int i = 0; i < N; i++)
 		cr_assert_eq(memcmp(cm.p + i * SZ, sm.p + (N - 1 - i) * SZ, SZ), 0);
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 struct t_worker {
@@ -322,9 +331,7 @@ static void case_threads(enum net_kind k)
 		net_close(cc[i]);
 		net_close(ss[i]);
 	}
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 static void case_write_imm(enum net_kind k)
@@ -368,9 +375,7 @@ static void case_write_imm(enum net_kind k)
 	cr_assert_eq(wc.op, NET_WC_RECV_IMM);
 	cr_assert_eq(wc.imm, 42);
 	cr_assert_eq(wc.byte_len, 10);
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 static void case_send_recv(enum net_kind k)
@@ -422,9 +427,7 @@ static void case_send_recv(enum net_kind k)
 	cr_assert(!net_conn_ok(p.c));
 	cr_assert(!net_conn_ok(p.s));
 	cr_assert_eq(net_post_send(p.c, 14, cm.p, 4, cm.mr->lkey), -ENOTCONN);
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 /* Post one READ or WRITE that must be refused; check -DKV_E_GRANT and a
@@ -484,9 +487,7 @@ static void t_violation(enum net_kind k, enum t_viol v)
 	cr_assert_eq(wc.status, -DKV_E_GRANT, "got %s", dkv_strerror(wc.status));
 	cr_assert(!net_conn_ok(p.c));
 	cr_assert_eq(net_post_read(p.c, 3, cm.p, 1, cm.mr->lkey, raddr, rkey), -ENOTCONN);
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 struct t_rejector {
@@ -690,9 +691,7 @@ static void case_close_peer(enum net_kind k)
 	}
 	cr_assert_lt(t_now_us() - t0, 1000000u);
 	cr_assert(!net_conn_ok(p.c));
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 static void case_faults(enum net_kind k)
@@ -750,9 +749,7 @@ static void case_faults(enum net_kind k)
 	cr_assert_eq(st.ops_completed, 8);
 	cr_assert_geq(st.ops_failed, 1);
 	cr_assert_gt(st.bytes_sent, 0);
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 static void case_refused(enum net_kind k)
@@ -800,9 +797,7 @@ static void case_bad_posts(enum net_kind k)
 	cr_assert_eq(net_grant(p.s, sm.mr, sm.p + 4000, 200, NET_ACCESS_REMOTE_READ, &rk),
 		     -EINVAL);
 	cr_assert(net_conn_ok(p.c));
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
+	t_pair_end(&p, &sm, &cm);
 }
 
 static int t_cmp_u32(const void *a, const void *b)
@@ -848,10 +843,8 @@ static void case_latency(enum net_kind k)
 	t_read_latency(&p, &cm, sm.p, sm.mr->rkey, "shared");
 	t_read_latency(&p, &cm, buf, plain->rkey, "private");
 	net_dereg_mr(plain);
+	t_pair_end(&p, &sm, &cm);
 	free(buf);
-	t_mem_release(&cm);
-	t_mem_release(&sm);
-	t_pair_close(&p);
 }
 
 #define NET_CASE(name, ...)                                                                    \
