@@ -26,7 +26,7 @@ static void get_ok(eng_db *db, unsigned i)
 	free(got);
 }
 
-Test(api, arguments_and_limits, .timeout = 30)
+Test(api, arguments_and_limits)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -69,7 +69,7 @@ Test(api, arguments_and_limits, .timeout = 30)
 	tnode_stop(&node);
 }
 
-Test(api, lease_and_read_only, .timeout = 30)
+Test(api, lease_and_read_only)
 {
 	struct tnode node;
 	struct eng_options o, ro;
@@ -97,7 +97,7 @@ Test(api, lease_and_read_only, .timeout = 30)
 	tnode_stop(&node);
 }
 
-Test(api, large_values_sync_and_stats, .timeout = 40)
+Test(api, large_values_sync_and_stats)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -165,7 +165,7 @@ Test(api, large_values_sync_and_stats, .timeout = 40)
 	tnode_stop(&node);
 }
 
-Test(api, tcp_transport, .timeout = 30)
+Test(api, tcp_transport)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -187,7 +187,7 @@ Test(api, tcp_transport, .timeout = 30)
 	tnode_stop(&node);
 }
 
-Test(api, damaged_table_reports_corrupt, .timeout = 30)
+Test(api, damaged_table_reports_corrupt)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -235,7 +235,7 @@ Test(api, damaged_table_reports_corrupt, .timeout = 30)
  * switches the root; everything stays readable, also after reopening.  The
  * test makes the current manifest look nearly full instead of writing tens
  * of thousands of edits. */
-Test(api, manifest_rewrite_when_full, .timeout = 40)
+Test(api, manifest_rewrite_when_full)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -266,7 +266,7 @@ Test(api, manifest_rewrite_when_full, .timeout = 40)
 }
 
 /* disable_wal: visible at once, not in the WAL; a clean close flushes it. */
-Test(api, disable_wal_survives_clean_close, .timeout = 30)
+Test(api, disable_wal_survives_clean_close)
 {
 	struct tnode node;
 	struct eng_options o;
