@@ -897,10 +897,8 @@ static void tx_drain(struct ns_conn *c, enum tx_mode mode)
 		size_t off = 0;
 		int r;
 
-		if (c->tx_dead || c->broken) {
-			/* reading broken unlocked is fine: it only ever goes true */
-			break;
-		}
+		if (c->tx_dead || __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
+			break; /* broken only ever goes true; flush drops the rest */
 		if (c->tx_cur) {
 			e = c->tx_cur;
 			off = c->tx_off;
@@ -1209,8 +1207,12 @@ static int rx_wait(struct ns_reader *rd, bool boundary)
 		uint64_t now;
 		int r;
 
-		/* Spin briefly: a blocked wakeup costs ~100 us on small VMs. */
-		r = poll(&p, 1, now_ns() < spin_end ? 0 : NS_TICK_MS);
+		/* Spin briefly: a blocked wakeup costs ~100 us on small VMs.  The
+		 * yield lets the poller or the peer run when CPUs are scarce. */
+		bool spin = now_ns() < spin_end;
+		r = poll(&p, 1, spin ? 0 : NS_TICK_MS);
+		if (r == 0 && spin)
+			sched_yield();
 		if (r > 0)
 			return 0;
 		if (r < 0 && errno != EINTR)
@@ -1364,7 +1366,10 @@ static int rx_deliver(struct ns_reader *rd, const struct ns_hdr *h, bool imm)
 
 	/* No RECV yet: buffer it (bounded), as a NIC's RNR retries would wait. */
 	size_t dlen = imm ? 0 : h->len;
-	if (c->ux_count >= c->rq_cap || c->ux_bytes + dlen > NS_UNEXP_MAX_BYTES)
+	pthread_mutex_lock(&c->mu);
+	bool full = c->ux_count >= c->rq_cap || c->ux_bytes + dlen > NS_UNEXP_MAX_BYTES;
+	pthread_mutex_unlock(&c->mu);
+	if (full)
 		return rx_refuse(c, NS_ACK, h->seq, -ENOBUFS);
 	struct ns_unexp *u = malloc(sizeof(*u) + dlen);
 	if (!u)
