@@ -51,6 +51,7 @@
 #define COMP_RETRY_MS 200
 #define COMP_CHUNK_MAX (96ull << 20)  /* input bytes per request */
 #define COMP_OUT_MAX 256              /* expected outputs per request */
+#define COMP_L0_MAX (192ull << 20)    /* L0 input bytes per compaction */
 #define PACE_SLOW_US 1000
 #define PACE_WAIT_MS 100
 
@@ -253,6 +254,23 @@ static void set_ptr(struct eng_compaction *c, int l, const struct eng_table *t)
 	c->has_ptr[l] = true;
 }
 
+/* L0 inputs: the OLDEST tables (files[0] is newest first), as many as fit
+ * COMP_L0_MAX bytes but at least two, so one compaction stays bounded when
+ * L0 has piled up; the newer ones stay above the output, which is correct
+ * since everything they hold is newer. */
+static int pick_l0(const struct eng_version *v, struct pick *p)
+{
+	size_t n = v->nfiles[0], k = 0;
+	uint64_t bytes = 0;
+	int r = 0;
+
+	while (k < n && (k < 2 || bytes + v->files[0][n - 1 - k]->len <= COMP_L0_MAX))
+		bytes += v->files[0][n - 1 - k++]->len;
+	for (size_t i = n - k; i < n && !r; i++)
+		r = pick_push(p, v->files[0][i]);
+	return r;
+}
+
 /* Automatic pick.  Caller holds db->mu.  1 with *p filled, 0 nothing to do. */
 static int pick_auto(struct eng_db *db, struct pick *p)
 {
@@ -273,8 +291,7 @@ static int pick_auto(struct eng_db *db, struct pick *p)
 	if (best < 1.0)
 		return 0;
 	if (lvl == 0) {
-		for (size_t i = 0; i < v->nfiles[0] && !r; i++)
-			r = pick_push(p, v->files[0][i]);
+		r = pick_l0(v, p);
 	} else {
 		struct eng_table *t = pick_table(c, v, lvl);
 
@@ -308,7 +325,9 @@ static int pick_manual(struct eng_db *db, struct pick *p)
 	for (int l = 0; l < deepest; l++) {
 		if (!v->nfiles[l])
 			continue;
-		for (size_t i = 0; i < v->nfiles[l] && !r; i++)
+		if (l == 0)
+			r = pick_l0(v, p);
+		for (size_t i = 0; l > 0 && i < v->nfiles[l] && !r; i++)
 			r = pick_push(p, v->files[l][i]);
 		if (!r)
 			r = pick_finish(db, v, p, l);
@@ -396,38 +415,69 @@ static bool in_chunk(const struct eng_table *t, const struct chunk *ch)
 	return true;
 }
 
-/* Cut the compaction at the out level's table boundaries so each chunk
- * carries at most ~COMP_CHUNK_MAX input bytes (upper tables counted pro
- * rata) and ~COMP_OUT_MAX outputs.  *nch chunks in *out (malloc'ed). */
+/* A possible chunk boundary: the smallest key of a table of a sorted level,
+ * and the input bytes it opens (its own, plus a share of the L0 inputs). */
+struct cut {
+	const uint8_t *k;
+	size_t len;
+	uint64_t bytes;
+};
+
+static int cmp_cut(const void *a, const void *b)
+{
+	const struct cut *x = a, *y = b;
+
+	return ukey_cmp(x->k, x->len, y->k, y->len);
+}
+
+/* Cut the compaction at the boundaries of the tables of its sorted levels
+ * (the out level, and the upper one unless it is L0, whose overlapping
+ * tables are counted pro rata) so each chunk carries at most ~COMP_CHUNK_MAX
+ * input bytes and ~COMP_OUT_MAX outputs.  A chunk may cut through a table:
+ * the merge seeks into it.  *nch chunks in *out (malloc'ed); the keys point
+ * into the inputs' metadata. */
 static int make_chunks(struct eng_db *db, const struct pick *p, struct chunk **out, size_t *nch)
 {
-	size_t nb = p->n - p->na, n = 0;
 	uint64_t tgt = db->o.target_table_bytes ? db->o.target_table_bytes : (32ull << 20);
-	uint64_t max = COMP_CHUNK_MAX, upper = 0, acc = 0;
-	struct chunk *ch = calloc(nb + 1, sizeof(*ch));
+	uint64_t max = COMP_CHUNK_MAX, l0 = 0, acc = 0;
+	struct chunk *ch = calloc(p->n + 1, sizeof(*ch));
+	struct cut *cuts = calloc(p->n + 1, sizeof(*cuts));
+	size_t nc = 0, n = 0;
 
-	if (!ch)
+	if (!ch || !cuts) {
+		free(ch);
+		free(cuts);
 		return -ENOMEM;
+	}
 	if (tgt * COMP_OUT_MAX < max)
 		max = tgt * COMP_OUT_MAX;
-	for (size_t i = 0; i < p->na; i++)
-		upper += p->in[i]->len;
-	for (size_t i = 0; i < nb; i++) {
-		const struct eng_table *t = p->in[p->na + i];
+	for (size_t i = 0; i < p->n; i++) {
+		const struct eng_table *t = p->in[i];
 
-		acc += t->len + upper / nb;
-		if (acc >= max && i + 1 < nb && !t_empty(p->in[p->na + i + 1])) {
-			size_t l;
-			const uint8_t *k = t_lo(p->in[p->na + i + 1], &l);
-
-			ch[n].hi = k;
-			ch[n].hi_len = l;
-			ch[n + 1].lo = k;
-			ch[n + 1].lo_len = l;
-			n++;
-			acc = 0;
-		}
+		if (i < p->na && p->level == 0)
+			l0 += t->len;
+		else if (!t_empty(t))
+			cuts[nc++] = (struct cut){ t->meta.smallest,
+						   t->meta.smallest_len - IKEY_TRAILER_LEN, t->len };
 	}
+	qsort(cuts, nc, sizeof(*cuts), cmp_cut);
+	for (size_t i = 0; i < nc; i++) {
+		acc += cuts[i].bytes + l0 / nc;
+		if (acc < max || i + 1 >= nc)
+			continue;
+		/* Boundaries strictly increase (two levels may share a key). */
+		if (ukey_cmp(cuts[i + 1].k, cuts[i + 1].len, cuts[i].k, cuts[i].len) <= 0)
+			continue;
+		if (n && ukey_cmp(cuts[i + 1].k, cuts[i + 1].len, ch[n].lo, ch[n].lo_len) <= 0)
+			continue;
+		ch[n].hi = cuts[i + 1].k;
+		ch[n].hi_len = cuts[i + 1].len;
+		n++;
+		ch[n].lo = cuts[i + 1].k;
+		ch[n].lo_len = cuts[i + 1].len;
+		acc = 0;
+	}
+	free(cuts);
 	*out = ch;
 	*nch = n + 1;
 	return 0;
@@ -806,8 +856,9 @@ static int run_pick(struct eng_db *db, const struct pick *p)
 done:
 	if (!r) {
 		atomic_fetch_add(&db->st_compactions, 1);
-		dkv_debug("compaction L%d->L%d: %zu+%zu tables, %llu -> %llu bytes%s%s, %llu us",
-			  p->level, p->out, p->na, p->n - p->na, (unsigned long long)p->bytes,
+		dkv_debug("compaction L%d->L%d: %zu+%zu tables, %zu chunks, %llu -> %llu bytes%s%s, "
+			  "%llu us",
+			  p->level, p->out, p->na, p->n - p->na, nch, (unsigned long long)p->bytes,
 			  (unsigned long long)out_bytes, p->bottom ? ", bottommost" : "",
 			  p->move ? ", moved" : "", (unsigned long long)(eng_now_us() - t0));
 	}

@@ -138,7 +138,7 @@ static int del_key(eng_db *db, unsigned i)
 
 #define NSNAP 3
 
-static void model_run(enum eng_compaction_mode mode, uint64_t seed)
+static void model_run(enum eng_compaction_mode mode, uint64_t seed, uint64_t table_bytes)
 {
 	struct tnode node = { 0 };
 	struct eng_options o;
@@ -151,6 +151,8 @@ static void model_run(enum eng_compaction_mode mode, uint64_t seed)
 
 	cr_assert_eq(tnode_start(&node, 512u << 20, NULL, NULL), 0);
 	copts(&o, &node, mode);
+	if (table_bytes)
+		o.target_table_bytes = table_bytes;
 	cr_assert_eq(eng_open(&o, &db), 0);
 	for (int phase = 0; phase < 4; phase++) {
 		for (int op = 0; op < 2500; op++) {
@@ -229,12 +231,19 @@ static void model_run(enum eng_compaction_mode mode, uint64_t seed)
 
 Test(compaction, model_memnode, .timeout = 120)
 {
-	model_run(ENG_COMPACTION_MEMNODE, 0x9e3779b97f4a7c15ull);
+	model_run(ENG_COMPACTION_MEMNODE, 0x9e3779b97f4a7c15ull, 0);
 }
 
 Test(compaction, model_compute, .timeout = 120)
 {
-	model_run(ENG_COMPACTION_COMPUTE, 0x2545f4914f6cdd1dull);
+	model_run(ENG_COMPACTION_COMPUTE, 0x2545f4914f6cdd1dull, 0);
+}
+
+/* 512-byte tables: compactions are cut into several key chunks (at most
+ * 256 expected outputs per request). */
+Test(compaction, model_compute_chunked, .timeout = 120)
+{
+	model_run(ENG_COMPACTION_COMPUTE, 0x5851f42d4c957f2dull, 512);
 }
 
 /* ------------------------------------------------------------ snapshots, tombstones */
