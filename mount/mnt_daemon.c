@@ -552,6 +552,9 @@ int mnt_main(int argc, char **argv)
 		return 2;
 	}
 	m->mountpoint = cmd.mountpoint;
+	/* a mount command prints errors only; DKVFS_LOG=info (or -f) says more */
+	if (!cmd.foreground)
+		setenv("DKVFS_LOG", "warn", 0);
 	fuse_opt_add_arg(&args, "-odefault_permissions");
 	fuse_opt_add_arg(&args, "-ofsname=dkvfs");
 	fuse_opt_add_arg(&args, "-osubtype=dkvfs");

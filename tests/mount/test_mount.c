@@ -88,6 +88,8 @@ static void teardown(void)
 {
 	pid_t pid = daemon_pid();
 	sh("fusermount3 -u -z %s 2>/dev/null", MNT);
+	/* and anything else a test mounted below T */
+	sh("awk '$2 ~ \"^%s/\" {print $2}' /proc/mounts | xargs -r -n1 fusermount3 -u -z 2>/dev/null", T);
 	if (pid > 0)
 		kill(pid, SIGKILL);
 	if (extra_node > 0) {
@@ -588,6 +590,8 @@ Test(mount, memnode_killed_gives_eio_then_recovers)
 		}
 	}
 	/* node back on the same backing file: the mount serves again */
+	if (extra_node == 0)
+		cr_assert_fail("the memory node was not restarted");
 	int rc = 1;
 	for (int tries = 0; tries < 100 && rc; tries++)
 		rc = sh("echo after > %s/h 2>/dev/null && sync %s/h 2>/dev/null", MNT, MNT);
@@ -694,4 +698,31 @@ Test(mount, random_io_through_two_handles_matches_a_local_fs)
 	down();
 	free(a);
 	free(b);
+}
+
+Test(mount, external_node_one_writer_per_volume)
+{
+	char sock[PATH_MAX + 16], bin[PATH_MAX + 32], listen[PATH_MAX + 32], out[512];
+	snprintf(sock, sizeof(sock), "%s/mn.sock", T);
+	snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
+	snprintf(listen, sizeof(listen), "unix:%s", sock);
+	extra_node = fork();
+	if (extra_node == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+		dup2(fd, 2);
+		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "256M", (char *)NULL);
+		_exit(127);
+	}
+	int rc = 1;
+	for (int tries = 0; tries < 50 && rc; tries++)
+		rc = sh("%s/dkvfs -o memnode=unix:%s %s 2>/dev/null", B, sock, MNT);
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(sh("mkdir %s/m2 %s/m3", T, T), 0);
+	sh_out(out, sizeof(out), "%s/dkvfs -o memnode=unix:%s %s/m2 2>&1; echo rc=$?", B, sock, T);
+	cr_assert(strstr(out, "already mounted elsewhere") && strstr(out, "rc=1"), "got: %s", out);
+	/* another volume on the same node is independent */
+	cr_assert_eq(sh("%s/dkvfs -o memnode=unix:%s,volume=other %s/m3", B, sock, T), 0);
+	cr_assert_eq(sh("echo one > %s/f && test ! -e %s/m3/f", MNT, T), 0);
+	cr_assert_eq(sh("fusermount3 -u %s/m3", T), 0);
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
 }
