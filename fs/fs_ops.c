@@ -1199,6 +1199,11 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 		dh->pos++;
 	}
 out:
+	if (dh->rc > 0 && dh->it) {
+		/* listed to the end: do not pin the engine's version any longer */
+		fs_kv_iter_destroy(dh->it);
+		dh->it = NULL;
+	}
 	pthread_mutex_unlock(&dh->mu);
 	return rc < 0 ? ret(fs, rc) : 0;
 }
