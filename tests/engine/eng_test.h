@@ -3,7 +3,9 @@
  *
  * A memory node runs in a forked child (started before the test creates any
  * thread), reached over 127.0.0.1; the child dies with the test
- * (PR_SET_PDEATHSIG) and on tnode_stop. */
+ * (PR_SET_PDEATHSIG) and on tnode_stop.  Under ThreadSanitizer (whose runtime
+ * does not support threads in a child forked from a threaded process) the
+ * node runs in-process instead and tnode_stop destroys it. */
 #ifndef DKV_TEST_ENG_H
 #define DKV_TEST_ENG_H
 
@@ -22,10 +24,24 @@
 
 struct tnode {
 	pid_t pid;
+	struct mn_server *srv; /* in-process node */
 	char addr[96];
 	char backing[128];
 	uint64_t size;
 };
+
+/* ThreadSanitizer kills a child forked from a threaded process as soon as
+ * it starts a thread: under it, nodes run in-process. */
+#if defined(__SANITIZE_THREAD__)
+#define TNODE_NO_FORK 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TNODE_NO_FORK 1
+#endif
+#endif
+#ifndef TNODE_NO_FORK
+#define TNODE_NO_FORK 0
+#endif
 
 /* Start a node (listen NULL: 127.0.0.1:0).  Returns 0 or -errno. */
 static inline int tnode_start(struct tnode *n, uint64_t size, const char *backing,
@@ -35,11 +51,32 @@ static inline int tnode_start(struct tnode *n, uint64_t size, const char *backin
 	pid_t pid;
 	ssize_t got;
 
-	if (pipe(p))
-		return -errno;
 	n->size = size;
+	n->srv = NULL;
 	if (backing && backing != n->backing)
 		snprintf(n->backing, sizeof(n->backing), "%s", backing);
+	if (TNODE_NO_FORK) {
+		struct mn_server_opts o;
+		int r;
+
+		mn_server_opts_init(&o);
+		o.size = size;
+		o.backing = backing;
+		o.listen = listen ? listen : "127.0.0.1:0";
+		r = mn_server_create(&o, &n->srv);
+		if (!r)
+			r = mn_server_start(n->srv);
+		if (r) {
+			mn_server_destroy(n->srv);
+			n->srv = NULL;
+			return r;
+		}
+		snprintf(n->addr, sizeof(n->addr), "%s", mn_server_addr(n->srv));
+		n->pid = 0;
+		return 0;
+	}
+	if (pipe(p))
+		return -errno;
 	pid = fork();
 	if (pid < 0)
 		return -errno;
@@ -81,6 +118,10 @@ static inline int tnode_start(struct tnode *n, uint64_t size, const char *backin
 
 static inline void tnode_stop(struct tnode *n)
 {
+	if (n->srv) {
+		mn_server_destroy(n->srv);
+		n->srv = NULL;
+	}
 	if (n->pid > 0) {
 		kill(n->pid, SIGKILL);
 		waitpid(n->pid, NULL, 0);
