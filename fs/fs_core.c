@@ -470,6 +470,17 @@ int fs_destroy(struct fs_ctx *fs)
 	return rc;
 }
 
+void fs_drop(struct fs_ctx *fs)
+{
+	if (!fs)
+		return;
+	fs_inode_drop_all(fs);
+	pthread_rwlock_destroy(&fs->ns_lock);
+	pthread_mutex_destroy(&fs->open_lock);
+	pthread_mutex_destroy(&fs->id_lock);
+	free(fs);
+}
+
 size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 {
 	size_t n = fs_kv_stats(fs->kv, buf, cap);

@@ -737,3 +737,17 @@ int fs_inode_commit_all(struct fs_ctx *fs)
 		fs_inode_put(fs, todo);
 	}
 }
+
+void fs_inode_drop_all(struct fs_ctx *fs)
+{
+	pthread_mutex_lock(&fs->open_lock);
+	for (unsigned b = 0; b < FS_OPEN_BUCKETS; b++) {
+		while (fs->open_tab[b]) {
+			struct fs_inode *i = fs->open_tab[b];
+			fs->open_tab[b] = i->next;
+			inode_free(i);
+		}
+	}
+	fs->open_count = 0;
+	pthread_mutex_unlock(&fs->open_lock);
+}

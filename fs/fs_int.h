@@ -144,5 +144,10 @@ int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto);
 void fs_inode_rename_keys(struct fs_ctx *fs, const struct fs_key *from, const struct fs_key *to);
 /* Commit every open inode (unmount). */
 int fs_inode_commit_all(struct fs_ctx *fs);
+/* Free every open inode without committing anything. */
+void fs_inode_drop_all(struct fs_ctx *fs);
+/* Free the filesystem without committing or syncing: what a crash leaves
+ * behind (tests). */
+void fs_drop(struct fs_ctx *fs);
 
 #endif

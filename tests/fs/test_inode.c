@@ -154,12 +154,14 @@ Test(inode, crash_during_new_file_leaves_no_chunks)
 	/* early flushes wrote chunks under an intent */
 	cr_assert_gt(count_prefix(kv, FS_CHUNK_PREFIX), 0);
 	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 1);
-	/* crash: the fs is abandoned, never committed (its memory leaks) */
+	/* crash: the fs goes away without committing anything */
+	fs_drop(fs);
 	fs = open_fs(kv, 2);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), 0);
 	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
 	check_content(fs, "/new", data, 0); /* what create committed: empty */
 	fs_destroy(fs);
+	fs_kv_destroy(kv);
 	free(data);
 }
 
@@ -182,6 +184,7 @@ Test(inode, crash_during_rewrite_keeps_old_content)
 	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, len, 0), (int)len);
 	pthread_mutex_unlock(&ino->mu);
 	cr_assert_gt(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	fs_drop(fs);
 	fs = open_fs(kv, 2);
 	check_content(fs, "/f", a, len);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
@@ -215,6 +218,7 @@ Test(inode, crash_during_append_trims_to_committed_size)
 	cr_assert_eq(fs_inode_commit(fs, ino), 0);
 	cr_assert_eq(fs_inode_write(fs, ino, (char *)a + len, more, len), (int)more);
 	pthread_mutex_unlock(&ino->mu);
+	fs_drop(fs);
 	fs = open_fs(kv, 1);
 	check_content(fs, "/log", a, len);
 	/* growing it again must show zeros, not the lost append */
