@@ -257,16 +257,16 @@ static void *t_worker_main(void *arg)
 	uint8_t *rd = src + TW_SZ;
 	uint8_t *dst = w->sm->p + (size_t)w->idx * TW_SZ;
 
+	t_fill(src, TW_SZ, (unsigned)w->idx);
 	for (int i = 0; i < TW_OPS; i++) {
-		t_fill(src, TW_SZ, (unsigned)(w->idx * 1000 + i));
+		/* src may be rewritten only when no write from it is in flight */
+		if (w->poll_self)
+			t_fill(src, TW_SZ, (unsigned)(w->idx * 1000 + i));
 		if (net_post_write(w->c, (uint64_t)w->idx << 32 | (unsigned)i, src, TW_SZ,
 				   w->cm->mr->lkey, (uintptr_t)dst, w->sm->mr->rkey))
 			w->errors++;
-		if (!w->poll_self) {
-			/* another thread reaps; the buffer is rewritten only after
-			 * the last op, so just keep posting with fresh data */
-			continue;
-		}
+		if (!w->poll_self)
+			continue; /* another thread reaps */
 		struct net_wc wc;
 		if (net_poll(w->c, &wc, 1, 5000) != 1 || wc.status)
 			w->errors++;
