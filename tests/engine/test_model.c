@@ -6,6 +6,8 @@
 
 #define NKEYS 600
 #define VMAX 2000
+/* Operations per phase (fewer under ThreadSanitizer, ~10x slower). */
+#define PHASE_OPS (TNODE_NO_FORK ? 300 : 1500)
 
 struct slot {
 	bool present;
@@ -200,7 +202,7 @@ static void run_model(uint64_t seed, enum eng_compaction_mode cm)
 	o.compaction = cm;
 	cr_assert_eq(eng_open(&o, &db), 0);
 	for (int phase = 0; phase < 6; phase++) {
-		for (int op = 0; op < 1500; op++) {
+		for (int op = 0; op < PHASE_OPS; op++) {
 			unsigned x = rnd(&seed) % 100, i = rnd(&seed) % NKEYS;
 			size_t kl = tkey(k, sizeof(k), i), vl;
 
