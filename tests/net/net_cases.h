@@ -776,6 +776,31 @@ static void case_refused(enum net_kind k)
 	net_domain_destroy(d);
 }
 
+/* A listener that never answers: connect gives up after connect_timeout. */
+static void case_connect_timeout(enum net_kind k)
+{
+	struct net_conn_opts o = { .connect_timeout_ms = 300 };
+	struct net_domain *d;
+	struct net_listener *l;
+	struct net_conn *c = NULL;
+	char addr[128];
+
+	cr_assert_eq(net_domain_create(k, &d), 0);
+	t_addr(k, addr, sizeof(addr));
+	/* a real listener nobody calls net_get_request on: the kernel
+	 * completes the connection, nobody says ACCEPT */
+	cr_assert_eq(net_listen(d, addr, &l), 0);
+	uint64_t t0 = t_now_us();
+	int err = net_connect(d, net_listener_addr(l), &o, "x", 1, &c, NULL, NULL);
+	uint64_t dt = t_now_us() - t0;
+	cr_assert_eq(err, -ETIMEDOUT, "got %s", dkv_strerror(err));
+	cr_assert_geq(dt, 250000u);
+	cr_assert_lt(dt, 1500000u, "took %llu us", (unsigned long long)dt);
+	cr_assert_null(c);
+	net_listener_close(l);
+	net_domain_destroy(d);
+}
+
 static void case_bad_posts(enum net_kind k)
 {
 	struct t_pair p;
@@ -873,5 +898,6 @@ NET_CASE(peer_death)
 NET_CASE(close_peer)
 NET_CASE(faults)
 NET_CASE(refused)
+NET_CASE(connect_timeout)
 NET_CASE(bad_posts)
 NET_CASE(latency)
