@@ -2,8 +2,10 @@
  *
  * Choices (docs/fs.md says why):
  *   - use_ino: st_ino is the record's stable id (survives rename/remount);
- *   - hard_remove + nullpath_ok: unlink of an open file is ours to handle
- *     (the inode is marked unlinked; its data goes at the last close);
+ *   - nullpath_ok, no hard_remove: libfuse hides an unlinked open file as
+ *     .fuse_hidden* until its last close (so fstat keeps working); an
+ *     unlink/rename-over that still meets an open inode marks it unlinked
+ *     and its data goes at the last close;
  *   - atomic_o_trunc: open(O_TRUNC) reaches us, so a rewrite stays
  *     uncommitted until close and a crash keeps the old content;
  *   - keep_cache on every open: this mount is the volume's only writer (the
@@ -136,7 +138,11 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	cfg->use_ino = 1;
 	cfg->readdir_ino = 0;
 	cfg->nullpath_ok = 1;
-	cfg->hard_remove = 1;
+	/* an open file that is unlinked is renamed to .fuse_hidden* by libfuse
+	 * and removed at its last close: with hard_remove, fstat() of such a
+	 * file would fail (libfuse has no path for it), which programs using
+	 * unlinked temporary files do not expect */
+	cfg->hard_remove = 0;
 	cfg->kernel_cache = 1;
 	cfg->entry_timeout = fs->opts.entry_timeout;
 	cfg->attr_timeout = fs->opts.attr_timeout;

@@ -520,6 +520,17 @@ static void cleanup(struct mnt *m, int *rc)
 	m->lock_fd = -1;
 }
 
+/* fuse_opt_parse strdup'ed every string option. */
+static void free_opts(struct mnt_opts *o)
+{
+	char **strs[] = { &o->memnode, &o->volume, &o->token_file, &o->transport, &o->data_dir,
+			  &o->memnode_size, &o->memnode_bin, &o->backend, &o->compaction };
+	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+		free(*strs[i]);
+		*strs[i] = NULL;
+	}
+}
+
 int mnt_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -533,24 +544,24 @@ int mnt_main(int argc, char **argv)
 	m->lock_fd = -1;
 	m->ready_fd = -1;
 	m->o.entry_timeout = m->o.attr_timeout = -1;
-	if (fuse_opt_parse(&args, &m->o, mnt_spec, opt_proc) == -1)
-		return 2;
-	if (fuse_parse_cmdline(&args, &cmd) != 0)
-		return 2;
-	if (cmd.show_help) {
+	int code = -1; /* exit code decided before any mount work */
+	if (fuse_opt_parse(&args, &m->o, mnt_spec, opt_proc) == -1 ||
+	    fuse_parse_cmdline(&args, &cmd) != 0) {
+		code = 2;
+	} else if (cmd.show_help) {
 		usage(argv[0]);
 		fuse_cmdline_help();
 		fuse_lib_help(&args);
-		return 0;
-	}
-	if (cmd.show_version) {
+		code = 0;
+	} else if (cmd.show_version) {
 		printf("dkvfs %s (libfuse %s)\n", DKVFS_VERSION, fuse_pkgversion());
-		return 0;
-	}
-	if (!cmd.mountpoint) {
+		code = 0;
+	} else if (!cmd.mountpoint) {
 		fprintf(stderr, "dkvfs: no mountpoint (see dkvfs --help)\n");
-		return 2;
+		code = 2;
 	}
+	if (code >= 0)
+		goto done;
 	m->mountpoint = cmd.mountpoint;
 	/* a mount command prints errors only; DKVFS_LOG=info (or -f) says more */
 	if (!cmd.foreground)
@@ -618,8 +629,11 @@ out_destroy:
 out:
 	cleanup(m, &rc);
 	tell_parent(m, 1);
+	code = rc ? 1 : 0;
+done:
 	free(cmd.mountpoint);
 	fuse_opt_free_args(&args);
+	free_opts(&m->o);
 	free(m);
-	return rc ? 1 : 0;
+	return code;
 }
