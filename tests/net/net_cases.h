@@ -852,6 +852,35 @@ static void t_read_latency(struct t_pair *p, struct t_mem *cm, uint8_t *base, ui
 	cr_assert_lt(lat[N / 2], 20000u);
 }
 
+/* 1 MiB READs, 16 in flight, of memory at base: prints MB/s. */
+static void t_read_bandwidth(struct t_pair *p, struct t_mem *cm, uint8_t *base, uint32_t rkey,
+			     const char *what)
+{
+	enum { OPS = 256, DEPTH = 16 };
+	int posted = 0, done = 0;
+	uint64_t t0 = t_now_us();
+
+	while (done < OPS) {
+		while (posted < OPS && posted - done < DEPTH) {
+			cr_assert_eq(net_post_read(p->c, (uint64_t)posted,
+						   cm->p + (size_t)(posted % DEPTH) * MiB, MiB,
+						   cm->mr->lkey, (uintptr_t)base, rkey),
+				     0);
+			posted++;
+		}
+		struct net_wc wc[DEPTH];
+		int n = net_poll(p->c, wc, DEPTH, 5000);
+		cr_assert_gt(n, 0);
+		for (int i = 0; i < n; i++)
+			cr_assert_eq(wc[i].status, 0);
+		done += n;
+	}
+	uint64_t dt = t_now_us() - t0;
+	fprintf(stderr, "BANDWIDTH transport=%s op=read1m depth=%d mem=%s mb_per_sec=%llu\n",
+		net_kind_name(p->kind), DEPTH, what,
+		(unsigned long long)((uint64_t)OPS * MiB / (dt ? dt : 1)));
+}
+
 /* Not a test of correctness: prints the 4 KiB READ round trip, to memory
  * the peer shares (local: memcpy) and to memory it does not (frames). */
 static void case_latency(enum net_kind k)
@@ -863,10 +892,12 @@ static void case_latency(enum net_kind k)
 
 	t_pair_open(&p, k, NULL);
 	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ);
-	t_mem_init(&cm, p.cd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
+	t_mem_init(&cm, p.cd, 16 * MiB, NET_ACCESS_LOCAL_WRITE);
 	cr_assert_eq(net_reg_mr(p.sd, buf, 1 * MiB, NET_ACCESS_REMOTE_READ, &plain), 0);
 	t_read_latency(&p, &cm, sm.p, sm.mr->rkey, "shared");
 	t_read_latency(&p, &cm, buf, plain->rkey, "private");
+	t_read_bandwidth(&p, &cm, sm.p, sm.mr->rkey, "shared");
+	t_read_bandwidth(&p, &cm, buf, plain->rkey, "private");
 	net_dereg_mr(plain);
 	t_pair_end(&p, &sm, &cm);
 	free(buf);
