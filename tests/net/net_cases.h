@@ -490,6 +490,37 @@ static void t_violation(enum net_kind k, enum t_viol v)
 	t_pair_end(&p, &sm, &cm);
 }
 
+/* A deregistered region is gone for the peer too (local: unmapped there). */
+static void case_dereg(enum net_kind k)
+{
+	struct t_pair p;
+	struct t_mem sm, cm, gone;
+
+	t_pair_open(&p, k, NULL);
+	t_mem_init(&sm, p.sd, 64 * 1024, NET_ACCESS_LOCAL_WRITE);
+	t_mem_init(&cm, p.cd, 64 * 1024, NET_ACCESS_LOCAL_WRITE);
+	t_mem_init(&gone, p.sd, 64 * 1024, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ);
+	uint32_t rkey = gone.mr->rkey;
+	uint64_t raddr = (uintptr_t)gone.p;
+	memset(gone.p, 0x5a, 4096);
+	cr_assert_eq(net_post_read(p.c, 1, cm.p, 4096, cm.mr->lkey, raddr, rkey), 0);
+	cr_assert_eq(t_wait1(p.c, 5000).status, 0);
+	cr_assert_eq(cm.p[4095], 0x5a);
+	net_dereg_mr(gone.mr);
+	/* a SEND after the deregistration orders it before the next read */
+	cr_assert_eq(net_post_recv(p.c, 2, cm.p + 8192, 16, cm.mr->lkey), 0);
+	cr_assert_eq(net_post_send(p.s, 3, sm.p, 1, sm.mr->lkey), 0);
+	cr_assert_eq(t_wait1(p.c, 5000).wr_id, 2);
+	cr_assert_eq(net_post_read(p.c, 4, cm.p, 4096, cm.mr->lkey, raddr, rkey), 0);
+	struct net_wc wc = t_wait1(p.c, 5000);
+	cr_assert_eq(wc.wr_id, 4);
+	cr_assert_eq(wc.status, -DKV_E_GRANT, "got %s", dkv_strerror(wc.status));
+	cr_assert(!net_conn_ok(p.c));
+	munmap(gone.p, gone.len);
+	close(gone.fd);
+	t_pair_end(&p, &sm, &cm);
+}
+
 struct t_rejector {
 	struct net_listener *l;
 	int err;
@@ -925,6 +956,7 @@ NET_VIOL(reject_read_on_write_only_grant, V_WRITEONLY)
 NET_VIOL(reject_revoked_grant, V_REVOKED)
 NET_VIOL(reject_registration_without_remote_access, V_LOCALONLY)
 NET_CASE(reject)
+NET_CASE(dereg)
 NET_CASE(peer_death)
 NET_CASE(close_peer)
 NET_CASE(faults)
