@@ -726,3 +726,34 @@ Test(mount, external_node_one_writer_per_volume)
 	cr_assert_eq(sh("fusermount3 -u %s/m3", T), 0);
 	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
 }
+
+Test(mount, unlinked_open_file_stays_usable)
+{
+	char p[PATH_MAX + 16];
+	uint8_t *a = malloc(700000), *b = malloc(700000);
+	for (int i = 0; i < 700000; i++)
+		a[i] = (uint8_t)rnd();
+	cr_assert_eq(up(NULL), 0);
+	snprintf(p, sizeof(p), "%s/tmpfile", MNT);
+	int fd = open(p, O_RDWR | O_CREAT, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, a, 700000), 700000);
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_neq(access(p, F_OK), 0);
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0, "fstat of an unlinked file: %s", strerror(errno));
+	cr_assert_eq(st.st_size, 700000);
+	cr_assert_eq(pwrite(fd, "tail", 4, 700000), 4);
+	cr_assert_eq(pread(fd, b, 700000, 0), 700000);
+	cr_assert_eq(memcmp(a, b, 700000), 0);
+	cr_assert_eq(close(fd), 0);
+	/* the last close (RELEASE, asynchronous) removes it; unmounting waits */
+	down();
+	cr_assert_eq(up(NULL), 0);
+	char n[64];
+	sh_out(n, sizeof(n), "ls -A %s | wc -l", MNT);
+	cr_assert_str_eq(n, "0", "the unlinked file is still there after its last close");
+	down();
+	free(a);
+	free(b);
+}
