@@ -1455,6 +1455,14 @@ static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 		return -EPROTO;
 	}
 	m.map_len = (size_t)(m.len + (fd_off - aligned));
+	struct stat st;
+	if (fstat(fd, &st) || (uint64_t)st.st_size < fd_off + m.len) {
+		/* Touching a page past the end of the file would be SIGBUS:
+		 * leave this one to frames. */
+		dkv_warn("net: a shared registration of %s is larger than its file", c->peer);
+		close(fd);
+		return 0;
+	}
 	if (m.map_len) {
 		m.map = mmap(NULL, m.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 			     (off_t)aligned);
