@@ -757,3 +757,52 @@ Test(mount, unlinked_open_file_stays_usable)
 	free(a);
 	free(b);
 }
+
+Test(mount, ownership_and_permissions_are_enforced)
+{
+	cr_assert_eq(chmod(T, 0755), 0); /* mkdtemp made it 0700 */
+	cr_assert_eq(up("allow_other"), 0);
+	const char *as = "setpriv --reuid=4321 --regid=4321 --clear-groups";
+	cr_assert_eq(sh("mkdir %s/pub %s/private && chmod 1777 %s/pub && chmod 700 %s/private && "
+			"echo secret > %s/private/s && chmod 600 %s/private/s", MNT, MNT, MNT, MNT, MNT,
+			MNT), 0);
+	/* new names belong to the caller */
+	cr_assert_eq(sh("%s sh -c 'echo mine > %s/pub/u && mkdir %s/pub/ud'", as, MNT, MNT), 0);
+	char o[64];
+	sh_out(o, sizeof(o), "stat -c %%u:%%g %s/pub/u %s/pub/ud | sort -u", MNT, MNT);
+	cr_assert_str_eq(o, "4321:4321");
+	/* the kernel enforces modes (default_permissions) */
+	cr_assert_neq(sh("%s cat %s/private/s 2>/dev/null", as, MNT), 0);
+	cr_assert_neq(sh("%s touch %s/rootdir_file 2>/dev/null", as, MNT), 0);
+	cr_assert_neq(sh("%s chmod 777 %s/private 2>/dev/null", as, MNT), 0);
+	cr_assert_eq(sh("%s chmod 600 %s/pub/u", as, MNT), 0);
+	/* sticky /pub: another user may not remove u */
+	cr_assert_neq(sh("setpriv --reuid=4322 --regid=4322 --clear-groups rm -f %s/pub/u 2>/dev/null",
+			 MNT), 0);
+	cr_assert_eq(sh("test -e %s/pub/u", MNT), 0);
+	/* chown by root sticks across a remount */
+	cr_assert_eq(sh("chown 77:88 %s/pub/u", MNT), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	sh_out(o, sizeof(o), "stat -c %%u:%%g:%%a %s/pub/u", MNT);
+	cr_assert_str_eq(o, "77:88:600");
+	down();
+}
+
+/* A 4 KiB read in the middle of a large file loads one chunk. */
+Test(mount, small_read_of_a_large_file_loads_one_chunk)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("head -c 30000000 /dev/urandom > %s/big.src && cp %s/big.src %s/big",
+			T, T, MNT), 0);
+	down(); /* a fresh mount: nothing cached in the kernel or the inode */
+	cr_assert_eq(up(NULL), 0);
+	char a[64], b[64];
+	sh_out(a, sizeof(a), "sed -n 's/^fs_chunk_loads: //p' %s/.dkvfs/stats", MNT);
+	/* chunk 50 starts at 13107200; read 4 KiB 8 KiB into it */
+	cr_assert_eq(sh("dd if=%s/big of=%s/piece bs=4096 skip=3202 count=1 status=none && "
+			"cmp -s -n 4096 -i 13115392:0 %s/big.src %s/piece", MNT, T, T, T), 0);
+	sh_out(b, sizeof(b), "sed -n 's/^fs_chunk_loads: //p' %s/.dkvfs/stats", MNT);
+	cr_assert_eq(atoi(b) - atoi(a), 1, "chunk loads %s -> %s", a, b);
+	down();
+}
