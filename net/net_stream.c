@@ -2033,9 +2033,10 @@ int ns_get_request(struct net_listener *ll, int timeout_ms, struct net_conn_req 
 		tune_socket(fd, l->d->local);
 		describe_peer(l->d, fd, &ss, len, r->peer, sizeof(r->peer));
 		/* A connector gets a bounded time to say hello, whatever our
-		 * caller's timeout, so one silent client cannot block us. */
-		uint64_t hd = deadline_after(3000);
-		err = sync_recv_frame(fd, &h, r->priv, sizeof(r->priv), hd < deadline ? hd : deadline);
+		 * caller's timeout (even 0: the request is here, its HELLO may
+		 * be a moment behind), so one silent client cannot block us
+		 * for long either. */
+		err = sync_recv_frame(fd, &h, r->priv, sizeof(r->priv), deadline_after(3000));
 		if (!err && h.op != NS_HELLO)
 			err = -EPROTO;
 		if (err) {

@@ -521,6 +521,43 @@ static void case_dereg(enum net_kind k)
 	t_pair_end(&p, &sm, &cm);
 }
 
+static void *t_poll_accept_main(void *arg)
+{
+	struct t_acceptor *a = arg;
+	struct net_conn_req *r = NULL;
+	struct pollfd pf = { .fd = net_listener_fd(a->p->l), .events = POLLIN };
+	a->err = -ETIMEDOUT;
+	/* an event loop: wait on the fd, then take the request without waiting */
+	for (int i = 0; i < 50 && a->err; i++) {
+		if (poll(&pf, 1, 100) == 1)
+			a->err = net_get_request(a->p->l, 0, &r);
+	}
+	if (!a->err)
+		a->err = net_accept(r, NULL, NULL, 0, &a->out);
+	return NULL;
+}
+
+/* A listener driven by poll() on net_listener_fd and get_request(0). */
+static void case_poll_accept(enum net_kind k)
+{
+	struct t_pair p = { .kind = k };
+	struct t_acceptor a = { .p = &p };
+	pthread_t th;
+
+	cr_assert_eq(net_domain_create(k, &p.sd), 0);
+	cr_assert_eq(net_domain_create(k, &p.cd), 0);
+	t_addr(k, p.addr, sizeof(p.addr));
+	cr_assert_eq(net_listen(p.sd, p.addr, &p.l), 0);
+	pthread_create(&th, NULL, t_poll_accept_main, &a);
+	int err = net_connect(p.cd, net_listener_addr(p.l), NULL, "hi", 2, &p.c, NULL, NULL);
+	pthread_join(th, NULL);
+	cr_assert_eq(err, 0, "connect: %s", dkv_strerror(err));
+	cr_assert_eq(a.err, 0, "accept: %s", dkv_strerror(a.err));
+	p.s = a.out;
+	cr_assert(net_conn_ok(p.s));
+	t_pair_close(&p);
+}
+
 struct t_rejector {
 	struct net_listener *l;
 	int err;
@@ -956,6 +993,7 @@ NET_VIOL(reject_read_on_write_only_grant, V_WRITEONLY)
 NET_VIOL(reject_revoked_grant, V_REVOKED)
 NET_VIOL(reject_registration_without_remote_access, V_LOCALONLY)
 NET_CASE(reject)
+NET_CASE(poll_accept)
 NET_CASE(dereg)
 NET_CASE(peer_death)
 NET_CASE(close_peer)
