@@ -1,5 +1,6 @@
 /* mount/mnt_opts.c — small parsers shared by dkvfs and mount.dkvfs. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,25 +47,23 @@ int mnt_parse_source(const char *src, char **memnode, char **volume)
 	*memnode = *volume = NULL;
 	if (!src || !*src || !strcmp(src, "dkvfs") || !strcmp(src, "none"))
 		return 0;
-	const char *slash;
-	if (!strncmp(src, "unix:", 5))
-		slash = strstr(src, "//"); /* the path has slashes: "//" ends it */
-	else
-		slash = strchr(src, '/');
-	size_t mlen = slash ? (size_t)(slash - src) : strlen(src);
-	if (mlen == 0)
+	bool unix_path = !strncmp(src, "unix:", 5);
+	/* a unix path has slashes of its own: "//" separates the volume */
+	const char *sep = unix_path ? strstr(src, "//") : strchr(src, '/');
+	size_t mlen = sep ? (size_t)(sep - src) : strlen(src);
+	const char *vol = sep ? sep + (unix_path ? 2 : 1) : NULL;
+	if (mlen == 0 || (unix_path && mlen == 5))
 		return -EINVAL;
-	if (strncmp(src, "unix:", 5) && !memchr(src, ':', mlen))
+	if (!unix_path && !memchr(src, ':', mlen))
 		return -EINVAL; /* HOST:PORT needs its port */
+	if (vol && (!*vol || strchr(vol, '/')))
+		return -EINVAL;
 	*memnode = strndup(src, mlen);
-	if (slash) {
-		const char *v = slash + (src[mlen + 1] == '/' ? 2 : 1);
-		if (*v)
-			*volume = strdup(v);
-	}
-	if (!*memnode || (slash && *(slash + 1) && !*volume && *(slash + 1) != '/')) {
+	*volume = vol ? strdup(vol) : NULL;
+	if (!*memnode || (vol && !*volume)) {
 		free(*memnode);
-		*memnode = NULL;
+		free(*volume);
+		*memnode = *volume = NULL;
 		return -ENOMEM;
 	}
 	return 0;
