@@ -15,12 +15,12 @@
  *              is answered with -DKV_E_GRANT and breaks the connection.
  *
  * Output: one tx queue per connection.  Whoever appends to an idle queue
- * becomes the writer and drains it (posters with blocking writes, so
- * pipelined posts never wait for each other: they append and return while
- * another thread writes).  The rx thread never blocks on output: it writes
- * with MSG_DONTWAIT and hands a stuck remainder to the "net-tx" helper
- * thread.  Because no rx thread ever blocks on writing, the two directions
- * can never deadlock each other, whatever the payload sizes.
+ * becomes the writer and drains it with MSG_DONTWAIT; when the socket is
+ * full it hands the rest to the "net-tx" helper thread, the only thread that
+ * ever blocks on output.  So posting never blocks (pipelined posts append
+ * and return while another thread writes), and since no rx thread ever
+ * waits on its own output the two directions cannot deadlock each other,
+ * whatever the payload sizes.
  *
  * Breaking: anyone may break a connection (conn_break: record the first
  * error, shutdown the socket); only the rx thread flushes it (conn_flush),
@@ -1044,7 +1044,7 @@ static void tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_
 		conn_break(c, -ENOMEM);
 		return;
 	}
-	tx_submit(c, e, TX_BLOCK);
+	tx_submit(c, e, TX_NOBLOCK);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2406,7 +2406,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	s->txe.dlen = (wr->op == NET_WR_READ || lr == 0) ? 0 : wr->len;
 	s->txe.pass_fd = -1;
 	s->txe.heap = false;
-	tx_submit(c, &s->txe, TX_BLOCK);
+	tx_submit(c, &s->txe, TX_NOBLOCK);
 out:
 	if (drop)
 		conn_break(c, -ECONNRESET);
