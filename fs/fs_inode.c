@@ -687,25 +687,48 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 	return 0;
 }
 
+/* Is key at or below prefix k (k itself, or k + separator + ...)? */
+static bool key_under(const uint8_t *key, size_t klen, const struct fs_key *k)
+{
+	return klen >= k->len && !memcmp(key, k->b, k->len) &&
+	       (klen == k->len || key[k->len] == FS_SEP);
+}
+
+/* Replace the prefix from of i's key by to. */
+static void rekey(struct fs_inode *i, const struct fs_key *from, const struct fs_key *to)
+{
+	size_t rest = i->klen - from->len;
+	uint8_t *n = malloc(to->len + rest);
+	if (!n) {
+		dkv_err("out of memory renaming an open file: its next commit may go to the old name");
+		return;
+	}
+	memcpy(n, to->b, to->len);
+	memcpy(n + to->len, i->key + from->len, rest);
+	free(i->key);
+	i->key = n;
+	i->klen = to->len + rest;
+}
+
 void fs_inode_rename_keys(struct fs_ctx *fs, const struct fs_key *from, const struct fs_key *to)
 {
 	pthread_mutex_lock(&fs->open_lock);
-	for (unsigned b = 0; b < FS_OPEN_BUCKETS; b++) {
-		for (struct fs_inode *i = fs->open_tab[b]; i; i = i->next) {
-			if (i->klen < from->len || memcmp(i->key, from->b, from->len) ||
-			    (i->klen > from->len && i->key[from->len] != FS_SEP))
-				continue;
-			size_t rest = i->klen - from->len;
-			uint8_t *n = malloc(to->len + rest);
-			if (!n) {
-				dkv_err("out of memory renaming an open file: its next commit may go to the old name");
-				continue;
-			}
-			memcpy(n, to->b, to->len);
-			memcpy(n + to->len, i->key + from->len, rest);
-			free(i->key);
-			i->key = n;
-			i->klen = to->len + rest;
+	for (unsigned b = 0; b < FS_OPEN_BUCKETS; b++)
+		for (struct fs_inode *i = fs->open_tab[b]; i; i = i->next)
+			if (key_under(i->key, i->klen, from))
+				rekey(i, from, to);
+	pthread_mutex_unlock(&fs->open_lock);
+}
+
+void fs_inode_exchange_keys(struct fs_ctx *fs, const struct fs_key *a, const struct fs_key *b)
+{
+	pthread_mutex_lock(&fs->open_lock);
+	for (unsigned h = 0; h < FS_OPEN_BUCKETS; h++) {
+		for (struct fs_inode *i = fs->open_tab[h]; i; i = i->next) {
+			if (key_under(i->key, i->klen, a))
+				rekey(i, a, b);
+			else if (key_under(i->key, i->klen, b))
+				rekey(i, b, a);
 		}
 	}
 	pthread_mutex_unlock(&fs->open_lock);

@@ -142,6 +142,8 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino);
 int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto);
 /* Rewrite keys of open inodes at or below from (rename); ns_lock exclusive held. */
 void fs_inode_rename_keys(struct fs_ctx *fs, const struct fs_key *from, const struct fs_key *to);
+/* Swap the names a and b of open inodes (RENAME_EXCHANGE); ns_lock exclusive. */
+void fs_inode_exchange_keys(struct fs_ctx *fs, const struct fs_key *a, const struct fs_key *b);
 /* Commit every open inode (unmount). */
 int fs_inode_commit_all(struct fs_ctx *fs);
 /* Free every open inode without committing anything. */

@@ -462,9 +462,14 @@ out:
 	return ret(fs, rc);
 }
 
-/* Move every key of the subtree below from (markers included) under to. */
+#define MOVE_PUT 1 /* put every key under the new name */
+#define MOVE_DEL 2 /* delete every key under the old name */
+
+/* Add to b, for every key of the subtree below from (markers included),
+ * a put of the same value under to and/or a delete of the old key.  A batch
+ * applies in order, so for an exchange the deletes of both sides go first. */
 static int move_subtree(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *from,
-			const struct fs_key *to, uint64_t *moved)
+			const struct fs_key *to, int what, uint64_t *moved)
 {
 	uint8_t *lo = malloc(3 * (size_t)FS_KEY_MAX);
 	struct fs_kv_iter *it = NULL;
@@ -490,8 +495,9 @@ static int move_subtree(struct fs_ctx *fs, struct fs_kv_batch *b, const struct f
 		}
 		memcpy(nk, to->b, to->len);
 		memcpy(nk + to->len, key + from->len, rest);
-		rc = fs_kv_batch_put(b, nk, to->len + rest, v, vl);
-		if (!rc)
+		if (what & MOVE_PUT)
+			rc = fs_kv_batch_put(b, nk, to->len + rest, v, vl);
+		if (!rc && (what & MOVE_DEL))
 			rc = fs_kv_batch_delete(b, key, kl);
 		if (rc)
 			break;
@@ -503,6 +509,28 @@ out:
 	fs_kv_iter_destroy(it);
 	free(lo);
 	return rc;
+}
+
+/* One side of a rename: the record of a file, or a directory's subtree. */
+static int move_side(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *from,
+		     struct fs_rec *rec, const struct fs_key *to, int what, uint64_t *moved)
+{
+	if (S_ISDIR(rec->mode))
+		return move_subtree(fs, b, from, to, what, moved);
+	int rc = 0;
+	if (what & MOVE_DEL)
+		rc = fs_kv_batch_delete(b, from->b, from->len);
+	if (!rc && (what & MOVE_PUT)) {
+		rec->ctime = fs_now_ns();
+		rc = fs_batch_put_rec(b, to->b, to->len, rec);
+		(*moved)++;
+	}
+	return rc;
+}
+
+static bool key_below(const struct fs_key *k, const struct fs_key *dir)
+{
+	return k->len > dir->len && !memcmp(k->b, dir->b, dir->len) && k->b[dir->len] == FS_SEP;
 }
 
 static int op_rename(const char *from, const char *to, unsigned int flags)
@@ -517,9 +545,8 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 
 	if (!k)
 		return -ENOMEM;
-	if (flags & RENAME_EXCHANGE)
-		rc = -EINVAL; /* not supported: documented */
-	else if (flags & ~(unsigned)RENAME_NOREPLACE)
+	if ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
+	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
 		rc = -EINVAL;
 	else if (special(from) || special(to))
 		rc = -EPERM;
@@ -538,7 +565,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 	}
 	if (kf->len == kt->len && !memcmp(kf->b, kt->b, kf->len))
 		goto out; /* same name: nothing to do */
-	if (kt->len > kf->len && !memcmp(kt->b, kf->b, kf->len) && kt->b[kf->len] == FS_SEP) {
+	if (key_below(kt, kf) || ((flags & RENAME_EXCHANGE) && key_below(kf, kt))) {
 		rc = -EINVAL; /* into its own subtree */
 		goto out;
 	}
@@ -558,6 +585,29 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		goto out_unlock;
 	rc = 0;
 	bool fdir = S_ISDIR(rf.mode);
+	if (flags & RENAME_EXCHANGE) {
+		/* both names stay, their contents swap: one batch, deletes first */
+		if (!exists)
+			rc = -ENOENT;
+		if (!rc)
+			rc = move_side(fs, b, kf, &rf, kt, MOVE_DEL, &moved);
+		if (!rc)
+			rc = move_side(fs, b, kt, &rt, kf, MOVE_DEL, &moved);
+		moved = 0;
+		if (!rc)
+			rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT, &moved);
+		if (!rc)
+			rc = move_side(fs, b, kt, &rt, kf, MOVE_PUT, &moved);
+		if (!rc)
+			rc = fs_touch_parent(fs, b, kf, NULL);
+		if (!rc)
+			rc = fs_touch_parent(fs, b, kt, NULL);
+		if (!rc)
+			rc = fs_kv_write(fs->kv, b, false);
+		if (!rc)
+			fs_inode_exchange_keys(fs, kf, kt);
+		goto out_unlock;
+	}
 	if (exists) {
 		bool tdir = S_ISDIR(rt.mode);
 		if (flags & RENAME_NOREPLACE)
@@ -580,15 +630,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		if (rc)
 			goto out_unlock;
 	}
-	if (fdir) {
-		rc = move_subtree(fs, b, kf, kt, &moved);
-	} else {
-		rf.ctime = fs_now_ns();
-		rc = fs_batch_put_rec(b, kt->b, kt->len, &rf);
-		if (!rc)
-			rc = fs_kv_batch_delete(b, kf->b, kf->len);
-		moved = 1;
-	}
+	rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT | MOVE_DEL, &moved);
 	if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
 		rc = fs_batch_put_intent(b, rt.data_id, 0);
 		reclaim_id = rt.data_id;

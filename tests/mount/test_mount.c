@@ -453,8 +453,6 @@ Test(mount, errors_are_the_posix_ones)
 	cr_assert_eq(sh("echo z > %s", p), 0);
 	cr_assert_eq(err_of((int)syscall(SYS_renameat2, AT_FDCWD, p, AT_FDCWD, q, RENAME_NOREPLACE)),
 		     EEXIST);
-	cr_assert_eq(err_of((int)syscall(SYS_renameat2, AT_FDCWD, p, AT_FDCWD, q, RENAME_EXCHANGE)),
-		     EINVAL);
 	snprintf(q, sizeof(q), "%s/missing", MNT);
 	cr_assert_eq(err_of(rename(q, p)), ENOENT);
 	char buf[64];
@@ -804,5 +802,37 @@ Test(mount, small_read_of_a_large_file_loads_one_chunk)
 			"cmp -s -n 4096 -i 13115392:0 %s/big.src %s/piece", MNT, T, T, T), 0);
 	sh_out(b, sizeof(b), "sed -n 's/^fs_chunk_loads: //p' %s/.dkvfs/stats", MNT);
 	cr_assert_eq(atoi(b) - atoi(a), 1, "chunk loads %s -> %s", a, b);
+	down();
+}
+
+static int exchange(const char *a, const char *b)
+{
+	char p[PATH_MAX + 16], q[PATH_MAX + 16];
+	snprintf(p, sizeof(p), "%s/%s", MNT, a);
+	snprintf(q, sizeof(q), "%s/%s", MNT, b);
+	return err_of((int)syscall(SYS_renameat2, AT_FDCWD, p, AT_FDCWD, q, RENAME_EXCHANGE));
+}
+
+Test(mount, rename_exchange_swaps_files_and_directories)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("cd %s && echo A > fa && head -c 600000 /dev/urandom > fb && "
+			"cp fb %s/fb.copy && mkdir -p da/sub db && echo 1 > da/sub/x && "
+			"echo 2 > db/y", MNT, T), 0);
+	cr_assert_eq(exchange("fa", "fb"), 0);
+	cr_assert_eq(sh("cd %s && test \"$(cat fb)\" = A && cmp -s fa %s/fb.copy", MNT, T), 0);
+	cr_assert_eq(exchange("da", "db"), 0);
+	cr_assert_eq(sh("cd %s && test \"$(cat da/y)\" = 2 && test \"$(cat db/sub/x)\" = 1 && "
+			"! test -e da/sub && ! test -e db/y", MNT), 0);
+	cr_assert_eq(exchange("fb", "da"), 0); /* a file and a directory */
+	cr_assert_eq(sh("cd %s && test -d fb && test \"$(cat fb/y)\" = 2 && test -f da && "
+			"test \"$(cat da)\" = A", MNT), 0);
+	cr_assert_eq(exchange("db", "db/sub"), EINVAL);
+	cr_assert_eq(exchange("db/sub", "db"), EINVAL);
+	cr_assert_eq(exchange("fa", "missing"), ENOENT);
+	down();
+	cr_assert_eq(up(NULL), 0); /* and it all persisted */
+	cr_assert_eq(sh("cd %s && test \"$(cat fb/y)\" = 2 && test \"$(cat db/sub/x)\" = 1 && "
+			"cmp -s fa %s/fb.copy && test \"$(cat da)\" = A", MNT, T), 0);
 	down();
 }
