@@ -528,6 +528,18 @@ static int move_side(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_k
 	return rc;
 }
 
+/* Stamp both parents of a rename and write its batch. */
+static int stamp_parents_and_write(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *kf,
+				   const struct fs_key *kt)
+{
+	int rc = fs_touch_parent(fs, b, kf, NULL);
+	if (!rc)
+		rc = fs_touch_parent(fs, b, kt, NULL);
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	return rc;
+}
+
 static bool key_below(const struct fs_key *k, const struct fs_key *dir)
 {
 	return k->len > dir->len && !memcmp(k->b, dir->b, dir->len) && k->b[dir->len] == FS_SEP;
@@ -599,11 +611,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		if (!rc)
 			rc = move_side(fs, b, kt, &rt, kf, MOVE_PUT, &moved);
 		if (!rc)
-			rc = fs_touch_parent(fs, b, kf, NULL);
-		if (!rc)
-			rc = fs_touch_parent(fs, b, kt, NULL);
-		if (!rc)
-			rc = fs_kv_write(fs->kv, b, false);
+			rc = stamp_parents_and_write(fs, b, kf, kt);
 		if (!rc)
 			fs_inode_exchange_keys(fs, kf, kt);
 		goto out_unlock;
@@ -637,11 +645,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		reclaim_upto = rt.size;
 	}
 	if (!rc)
-		rc = fs_touch_parent(fs, b, kf, NULL);
-	if (!rc)
-		rc = fs_touch_parent(fs, b, kt, NULL);
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
+		rc = stamp_parents_and_write(fs, b, kf, kt);
 	if (!rc) {
 		if (exists) {
 			struct fs_inode *ino = fs_inode_find(fs, rt.ino);
