@@ -36,6 +36,7 @@ struct bench_opts {
 	enum bench_engine_kind engine;
 	int compaction;             /* enum eng_compaction_mode */
 	int transport;              /* enum net_kind for the dkv engine and ctl paths */
+	int op_timeout_ms;          /* memory-node operation timeout; 0: the default */
 	long num;                   /* keys in the key space / ops of fills */
 	bool num_set;               /* --num given (transport: stop after num ops) */
 	long reads;                 /* ops of read benchmarks; <0: num */

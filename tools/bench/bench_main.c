@@ -46,6 +46,8 @@ static const struct flag {
 	F("compaction", F_COMPACTION, compaction,
 	  "memnode (near-data, default) | compute (pull inputs, merge here) | off"),
 	F("transport", F_NET, transport, "dkv engine's transport: auto | tcp | local | rdma (default auto)"),
+	F("op_timeout_ms", F_INT, op_timeout_ms,
+	  "memory-node operation timeout before EIO/ETIMEDOUT, ms (default: engine's, 5000)"),
 	F("num", F_LONG, num, "keys in the key space and operations of fills/deletes (default 1000000);\n"
 	  "\t\ttransport: stop each case after this many operations"),
 	F("reads", F_LONG, reads, "operations of read benchmarks (default: --num)"),

@@ -394,6 +394,7 @@ static int bench_mn_backend(const struct bench_opts *o, struct bench_node *node,
 	co.token_len = tl;
 	co.writer = true;
 	co.create = true;
+	co.op_timeout_ms = o->op_timeout_ms;
 	rc = mn_client_open(&co, &m.c);
 	if (rc) {
 		fprintf(stderr, "dkvfs-bench: transport %s: cannot open %s: %s\n",
