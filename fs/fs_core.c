@@ -426,6 +426,55 @@ static int recover_intents(struct fs_ctx *fs)
 	return rc;
 }
 
+/* Remove the files a crash left under libfuse's hidden names ('H' keys). */
+static int recover_hidden(struct fs_ctx *fs)
+{
+	const uint8_t lo = FS_HIDDEN_PREFIX, hi = FS_HIDDEN_PREFIX + 1;
+	struct fs_kv_iter *it = NULL;
+	size_t n = 0;
+	int rc = fs_kv_iter_create(fs->kv, &lo, 1, &hi, 1, &it);
+	if (rc)
+		return rc;
+	for (rc = fs_kv_iter_seek(it, &lo, 1); rc == 0; rc = fs_kv_iter_next(it)) {
+		size_t kl, vl;
+		const uint8_t *k = fs_kv_iter_key(it, &kl), *v = fs_kv_iter_value(it, &vl);
+		struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
+		void *rv = NULL;
+		size_t rl = 0;
+		struct fs_rec rec = FS_REC_INIT;
+		uint64_t reclaim = 0, upto = 0;
+		if (!b) {
+			rc = -ENOMEM;
+			break;
+		}
+		rc = fs_kv_batch_delete(b, k, kl);
+		if (!rc && kl == FS_INTENT_KEY_LEN && vl > 1 && vl <= FS_KEY_MAX && v[0] == FS_NS_PREFIX &&
+		    fs_kv_get(fs->kv, v, vl, &rv, &rl) == 0 && fs_rec_decode(rv, rl, &rec) == 0 &&
+		    rec.ino == get_be64(k + 1) && S_ISREG(rec.mode)) {
+			rc = fs_kv_batch_delete(b, v, vl);
+			if (!rc && (rec.flags & FS_REC_CHUNKED)) {
+				reclaim = rec.data_id;
+				upto = rec.size;
+				rc = fs_batch_put_intent(b, reclaim, 0);
+			}
+			n++;
+		}
+		if (!rc)
+			rc = fs_kv_write(fs->kv, b, false);
+		if (!rc && reclaim)
+			rc = fs_reclaim(fs, reclaim, 0, upto);
+		free(rv);
+		fs_rec_release(&rec);
+		fs_kv_batch_destroy(b);
+		if (rc)
+			break;
+	}
+	fs_kv_iter_destroy(it);
+	if (n)
+		dkv_info("removed %zu files left unlinked-while-open by a crash", n);
+	return rc < 0 ? rc : 0;
+}
+
 int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 {
 	struct fs_ctx *fs = calloc(1, sizeof(*fs));
@@ -445,6 +494,8 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	rc = load_or_make(fs);
 	if (!rc && !fs->opts.read_only)
 		rc = recover_intents(fs);
+	if (!rc && !fs->opts.read_only)
+		rc = recover_hidden(fs);
 	if (rc) {
 		fs_destroy(fs);
 		return rc;

@@ -111,6 +111,21 @@ size_t fs_key_intent(uint8_t out[FS_INTENT_KEY_LEN], uint64_t data_id)
 	return FS_INTENT_KEY_LEN;
 }
 
+size_t fs_key_hidden(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino)
+{
+	out[0] = FS_HIDDEN_PREFIX;
+	put_be64(out + 1, ino);
+	return FS_INTENT_KEY_LEN;
+}
+
+bool fs_key_is_hidden_name(const uint8_t *k, size_t klen)
+{
+	size_t n = sizeof(FS_HIDDEN_NAME) - 1, i = klen;
+	while (i > 1 && k[i - 1] != FS_SEP)
+		i--;
+	return klen - i >= n && !memcmp(k + i, FS_HIDDEN_NAME, n);
+}
+
 bool fs_key_parse_chunk(const uint8_t *key, size_t klen, uint64_t *data_id, uint64_t *idx)
 {
 	if (klen != FS_CHUNK_KEY_LEN || key[0] != FS_CHUNK_PREFIX)

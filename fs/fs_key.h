@@ -16,6 +16,9 @@
  *   'I'  intent: 'I' be64(data id) -> u64 size.  Chunks of that data id at or
  *        beyond size are garbage (an uncommitted rewrite, a deleted file);
  *        the mount reclaims them and deletes the intent.
+ *   'H'  hidden: 'H' be64(ino) -> path key of a ".fuse_hidden*" name, the
+ *        name libfuse gives a file unlinked while open; deleted with that
+ *        name.  A mount removes what a crash left behind.
  *   'S'  superblock: "S" -> fs_super (format version, chunk size, id counter).
  *
  * Thread safety: pure functions.
@@ -31,6 +34,8 @@
 #define FS_CHUNK_PREFIX  'C'
 #define FS_INTENT_PREFIX 'I'
 #define FS_SUPER_PREFIX  'S'
+#define FS_HIDDEN_PREFIX 'H'
+#define FS_HIDDEN_NAME   ".fuse_hidden"
 #define FS_SEP           0x00
 
 #define FS_NAME_MAX      255              /* bytes of one path component */
@@ -74,6 +79,10 @@ bool fs_key_child(const uint8_t *key, size_t klen, size_t plen, const uint8_t **
 
 size_t fs_key_chunk(uint8_t out[FS_CHUNK_KEY_LEN], uint64_t data_id, uint64_t idx);
 size_t fs_key_intent(uint8_t out[FS_INTENT_KEY_LEN], uint64_t data_id);
+/* 'H' be64(ino): same length as an intent key. */
+size_t fs_key_hidden(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino);
+/* Is the last component of namespace key k a libfuse hidden name? */
+bool fs_key_is_hidden_name(const uint8_t *k, size_t klen);
 /* Parse a chunk key; false if it is not one. */
 bool fs_key_parse_chunk(const uint8_t *key, size_t klen, uint64_t *data_id, uint64_t *idx);
 bool fs_key_parse_intent(const uint8_t *key, size_t klen, uint64_t *data_id);

@@ -367,6 +367,11 @@ static int op_unlink(const char *path)
 	memcpy(k->b, ino->key, ino->klen);
 	k->len = ino->klen;
 	rc = fs_kv_batch_delete(b, k->b, k->len);
+	if (!rc && fs_key_is_hidden_name(k->b, k->len)) {
+		uint8_t hk[FS_INTENT_KEY_LEN];
+		fs_key_hidden(hk, ino->ino);
+		rc = fs_kv_batch_delete(b, hk, sizeof(hk));
+	}
 	if (!rc && ino->committed_data_id) /* its chunks go once nobody reads them */
 		rc = fs_batch_put_intent(b, ino->committed_data_id, 0);
 	if (!rc)
@@ -639,6 +644,12 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 			goto out_unlock;
 	}
 	rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT | MOVE_DEL, &moved);
+	if (!rc && !fdir && fs_key_is_hidden_name(kt->b, kt->len)) {
+		/* unlinked while open: remember it, a crash must not leave it */
+		uint8_t hk[FS_INTENT_KEY_LEN];
+		fs_key_hidden(hk, rf.ino);
+		rc = fs_kv_batch_put(b, hk, sizeof(hk), kt->b, kt->len);
+	}
 	if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
 		rc = fs_batch_put_intent(b, rt.data_id, 0);
 		reclaim_id = rt.data_id;

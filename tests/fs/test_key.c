@@ -138,3 +138,18 @@ Test(key, chunk_and_intent_keys)
 	/* chunks never fall in the namespace range */
 	cr_assert_neq(a[0], FS_NS_PREFIX);
 }
+
+Test(key, hidden_names)
+{
+	struct fs_key k;
+	fs_key_from_path(&k, "/d/.fuse_hidden0000001200000003");
+	cr_assert(fs_key_is_hidden_name(k.b, k.len));
+	fs_key_from_path(&k, "/.fuse_hidden01");
+	cr_assert(fs_key_is_hidden_name(k.b, k.len));
+	fs_key_from_path(&k, "/.fuse_hidden/x");
+	cr_assert(!fs_key_is_hidden_name(k.b, k.len));
+	fs_key_from_path(&k, "/d/x.fuse_hidden");
+	cr_assert(!fs_key_is_hidden_name(k.b, k.len));
+	fs_key_from_path(&k, "/");
+	cr_assert(!fs_key_is_hidden_name(k.b, k.len));
+}

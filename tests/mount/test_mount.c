@@ -836,3 +836,29 @@ Test(mount, rename_exchange_swaps_files_and_directories)
 			"cmp -s fa %s/fb.copy && test \"$(cat da)\" = A", MNT, T), 0);
 	down();
 }
+
+Test(mount, crash_with_an_unlinked_open_file_leaves_nothing)
+{
+	char p[PATH_MAX + 32];
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("mkdir %s/d && head -c 900000 /dev/urandom > %s/d/victim && echo keep > %s/d/k",
+			MNT, MNT, MNT), 0);
+	snprintf(p, sizeof(p), "%s/d/victim", MNT);
+	int fd = open(p, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(unlink(p), 0);
+	char n[64];
+	sh_out(n, sizeof(n), "ls -A %s/d | grep -c fuse_hidden", MNT);
+	cr_assert_str_eq(n, "1");
+	pid_t pid = daemon_pid();
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	close(fd);
+	sh("fusermount3 -u -z %s", MNT);
+	cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
+	cr_assert_eq(up(NULL), 0);
+	sh_out(n, sizeof(n), "ls -A %s/d", MNT);
+	cr_assert_str_eq(n, "k", "left behind: %s", n);
+	sh_out(n, sizeof(n), "sed -n 's/^fs_reclaimed_chunks: //p' %s/.dkvfs/stats", MNT);
+	cr_assert_geq(atoi(n), 3, "the hidden file's chunks were not reclaimed (%s)", n);
+	down();
+}
