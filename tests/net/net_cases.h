@@ -688,7 +688,8 @@ static void case_peer_death(enum net_kind k)
 	uint64_t dt = t_now_us() - t0;
 	cr_assert_eq(wc.wr_id, 2);
 	cr_assert_eq(wc.status, -ETIMEDOUT, "got %s", dkv_strerror(wc.status));
-	cr_assert_lt(dt, (600 + 400) * 1000ull, "timeout took %llu us", (unsigned long long)dt);
+	/* op_timeout + slack for the 50 ms deadline tick and a loaded CI VM */
+	cr_assert_lt(dt, (600 + 700) * 1000ull, "timeout took %llu us", (unsigned long long)dt);
 	cr_assert_geq(dt, 550 * 1000ull);
 	wc = t_wait1(c, 1000);
 	cr_assert_eq(wc.wr_id, 3);
@@ -730,7 +731,8 @@ static void case_peer_death(enum net_kind k)
 		cr_assert_neq(wc.status, 0);
 	}
 	dt = t_now_us() - t0;
-	cr_assert_lt(dt, 1000 * 1000ull, "peer death noticed after %llu us",
+	/* well below the 3 s op timeout: noticed by EOF, not by the timer */
+	cr_assert_lt(dt, 2000 * 1000ull, "peer death noticed after %llu us",
 		     (unsigned long long)dt);
 	cr_assert_eq(net_post_read(c, 20, cm.p, 1, cm.mr->lkey, raddr, rkey), -ENOTCONN);
 	net_close(c);
