@@ -32,10 +32,10 @@ static struct mr_ref *mr_ref_of(struct net_mr *mr)
 /* ---- kinds and addresses ---- */
 
 static const char *const kind_names[] = {
-	[NET_AUTO] = "auto",
-	[NET_RDMA] = "rdma",
-	[NET_TCP] = "tcp",
-	[NET_LOCAL] = "local",
+    [NET_AUTO] = "auto",
+    [NET_RDMA] = "rdma",
+    [NET_TCP] = "tcp",
+    [NET_LOCAL] = "local",
 };
 
 int net_kind_parse(const char *s, enum net_kind *out)
@@ -58,8 +58,7 @@ const char *net_kind_name(enum net_kind k)
 	return "unknown";
 }
 
-int net_parse_hostport(const char *addr, char *host, size_t hostcap, char *port,
-		       size_t portcap)
+int net_parse_hostport(const char *addr, char *host, size_t hostcap, char *port, size_t portcap)
 {
 	const char *colon, *h, *hend;
 	size_t hl, pl;
@@ -97,7 +96,7 @@ int net_parse_hostport(const char *addr, char *host, size_t hostcap, char *port,
 /* Is host a loopback address or one of this machine's own? */
 static bool host_is_local(const char *host)
 {
-	struct addrinfo hints = { 0 }, *res = NULL, *ai;
+	struct addrinfo hints = {0}, *res = NULL, *ai;
 	struct ifaddrs *ifs = NULL;
 	bool local = false;
 
@@ -153,7 +152,7 @@ enum net_kind net_kind_resolve(enum net_kind k, const char *addr)
 
 void net_conn_opts_fill(struct net_conn_opts *dst, const struct net_conn_opts *src)
 {
-	struct net_conn_opts o = { 0 };
+	struct net_conn_opts o = {0};
 	if (src)
 		o = *src;
 	if (o.connect_timeout_ms <= 0)
@@ -235,8 +234,7 @@ static int reg(struct net_domain *d, void *addr, size_t len, int fd, uint64_t fd
 	return 0;
 }
 
-int net_reg_mr(struct net_domain *d, void *addr, size_t len, unsigned access,
-	       struct net_mr **out)
+int net_reg_mr(struct net_domain *d, void *addr, size_t len, unsigned access, struct net_mr **out)
 {
 	return reg(d, addr, len, -1, 0, access, out);
 }
@@ -318,8 +316,8 @@ const char *net_req_peer(const struct net_conn_req *r)
 	return r->ops->req_peer(r);
 }
 
-int net_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void *priv,
-	       size_t len, struct net_conn **out)
+int net_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void *priv, size_t len,
+	       struct net_conn **out)
 {
 	if (!r)
 		return -EINVAL;
@@ -384,40 +382,54 @@ static int post(struct net_conn *c, const struct net_wr *wr)
 int net_post_read(struct net_conn *c, uint64_t wr_id, void *local, size_t len, uint32_t lkey,
 		  uint64_t raddr, uint32_t rkey)
 {
-	struct net_wr wr = { .op = NET_WR_READ, .wr_id = wr_id, .local = local, .len = len,
-			     .lkey = lkey, .raddr = raddr, .rkey = rkey };
+	struct net_wr wr = {.op = NET_WR_READ,
+			    .wr_id = wr_id,
+			    .local = local,
+			    .len = len,
+			    .lkey = lkey,
+			    .raddr = raddr,
+			    .rkey = rkey};
 	return post(c, &wr);
 }
 
-int net_post_write(struct net_conn *c, uint64_t wr_id, const void *local, size_t len,
-		   uint32_t lkey, uint64_t raddr, uint32_t rkey)
+int net_post_write(struct net_conn *c, uint64_t wr_id, const void *local, size_t len, uint32_t lkey,
+		   uint64_t raddr, uint32_t rkey)
 {
-	struct net_wr wr = { .op = NET_WR_WRITE, .wr_id = wr_id, .local = (void *)local,
-			     .len = len, .lkey = lkey, .raddr = raddr, .rkey = rkey };
+	struct net_wr wr = {.op = NET_WR_WRITE,
+			    .wr_id = wr_id,
+			    .local = (void *)local,
+			    .len = len,
+			    .lkey = lkey,
+			    .raddr = raddr,
+			    .rkey = rkey};
 	return post(c, &wr);
 }
 
 int net_post_write_imm(struct net_conn *c, uint64_t wr_id, const void *local, size_t len,
 		       uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm)
 {
-	struct net_wr wr = { .op = NET_WR_WRITE_IMM, .wr_id = wr_id, .local = (void *)local,
-			     .len = len, .lkey = lkey, .raddr = raddr, .rkey = rkey,
-			     .imm = imm };
+	struct net_wr wr = {.op = NET_WR_WRITE_IMM,
+			    .wr_id = wr_id,
+			    .local = (void *)local,
+			    .len = len,
+			    .lkey = lkey,
+			    .raddr = raddr,
+			    .rkey = rkey,
+			    .imm = imm};
 	return post(c, &wr);
 }
 
-int net_post_send(struct net_conn *c, uint64_t wr_id, const void *local, size_t len,
-		  uint32_t lkey)
+int net_post_send(struct net_conn *c, uint64_t wr_id, const void *local, size_t len, uint32_t lkey)
 {
-	struct net_wr wr = { .op = NET_WR_SEND, .wr_id = wr_id, .local = (void *)local,
-			     .len = len, .lkey = lkey };
+	struct net_wr wr = {
+	    .op = NET_WR_SEND, .wr_id = wr_id, .local = (void *)local, .len = len, .lkey = lkey};
 	return post(c, &wr);
 }
 
 int net_post_recv(struct net_conn *c, uint64_t wr_id, void *local, size_t len, uint32_t lkey)
 {
-	struct net_wr wr = { .op = NET_WR_RECV, .wr_id = wr_id, .local = local, .len = len,
-			     .lkey = lkey };
+	struct net_wr wr = {
+	    .op = NET_WR_RECV, .wr_id = wr_id, .local = local, .len = len, .lkey = lkey};
 	return post(c, &wr);
 }
 

@@ -72,13 +72,13 @@
 
 _Static_assert(NS_HDR_SIZE == 48, "frame header size is part of the wire format");
 
-#define NS_RXBUF (64 * 1024)
-#define NS_TICK_MS 50          /* how often the rx thread checks op deadlines */
-#define NS_SPIN_NS 30000       /* spin before blocking (poll, rx) */
+#define NS_RXBUF	   (64 * 1024)
+#define NS_TICK_MS	   50	       /* how often the rx thread checks op deadlines */
+#define NS_SPIN_NS	   30000       /* spin before blocking (poll, rx) */
 #define NS_UNEXP_MAX_BYTES (16u << 20) /* SENDs buffered while no RECV is posted */
-#define NS_CTRL_MAX 48         /* payload of control frames */
-#define NS_FD_INBOX 16
-#define NS_NAK_WAIT_MS 1000    /* how long a dying conn tries to deliver its NAK */
+#define NS_CTRL_MAX	   48	       /* payload of control frames */
+#define NS_FD_INBOX	   16
+#define NS_NAK_WAIT_MS	   1000 /* how long a dying conn tries to deliver its NAK */
 
 /* ------------------------------------------------------------------ */
 /* frame codec                                                        */
@@ -164,12 +164,12 @@ int ns_hdr_decode(const uint8_t *in, struct ns_hdr *h)
 
 struct ns_key {
 	uint32_t key;
-	uint32_t parent;  /* grants: key of the registration they carve */
+	uint32_t parent; /* grants: key of the registration they carve */
 	unsigned access;
 	uint64_t addr;
 	uint64_t len;
-	bool shared;      /* local: announced to the peer */
-	void *obj;        /* domain table: the struct ns_mr */
+	bool shared; /* local: announced to the peer */
+	void *obj;   /* domain table: the struct ns_mr */
 };
 
 struct ns_ktab {
@@ -265,8 +265,8 @@ struct ns_txe {
 	const void *data; /* payload, sent straight from this buffer */
 	size_t dlen;
 	uint8_t inl[NS_CTRL_MAX]; /* payload of control frames (data points here) */
-	int pass_fd;              /* -1 or an fd to send with SCM_RIGHTS */
-	bool heap;                /* free after sending */
+	int pass_fd;		  /* -1 or an fd to send with SCM_RIGHTS */
+	bool heap;		  /* free after sending */
 };
 
 struct ns_slot {
@@ -276,7 +276,7 @@ struct ns_slot {
 	int status;
 	uint32_t byte_len;
 	bool done;
-	bool wire;       /* waiting for the peer's answer */
+	bool wire;	 /* waiting for the peer's answer */
 	bool local_busy; /* the poster is copying through the shared mapping */
 	void *local;
 	size_t len;
@@ -336,7 +336,7 @@ struct ns_conn {
 	struct ns_slot *sq;
 	unsigned sq_cap;
 	uint64_t sq_head, sq_tail; /* oldest unreaped, next to post */
-	struct ns_recv *rq;        /* posted RECVs */
+	struct ns_recv *rq;	   /* posted RECVs */
 	unsigned rq_cap;
 	uint64_t rq_head, rq_tail;
 	struct net_wc *rcq; /* RECV completions not reaped yet */
@@ -348,9 +348,9 @@ struct ns_conn {
 	struct ns_ktab grants;
 	unsigned waiters;
 	bool efd_armed;
-	long posts;      /* fault injection counters */
+	long posts;	 /* fault injection counters */
 	long drop_after; /* absolute post count, 0: never */
-	long fail_at;    /* absolute post count, 0: never */
+	long fail_at;	 /* absolute post count, 0: never */
 	atomic_uint gen; /* bumped on each completion, for spinners */
 
 	pthread_rwlock_t rlock; /* rmaps, rgrants */
@@ -359,7 +359,7 @@ struct ns_conn {
 	struct ns_ktab rgrants; /* parent = map id */
 
 	pthread_mutex_t tx_mu;
-	pthread_cond_t tx_cond;     /* the writer left (waited on by flush) */
+	pthread_cond_t tx_cond;	    /* the writer left (waited on by flush) */
 	pthread_cond_t helper_cond; /* work for the helper thread */
 	unsigned tx_idle_waiters;
 	struct ns_txe *txq_head, *txq_tail;
@@ -484,7 +484,7 @@ int ns_reg_mr(struct net_domain *dd, void *addr, size_t len, int fd, uint64_t fd
 {
 	struct ns_domain *d = to_dom(dd);
 	struct ns_mr *m = calloc(1, sizeof(*m));
-	struct ns_key k = { 0 };
+	struct ns_key k = {0};
 	int err;
 
 	if (!m)
@@ -596,12 +596,12 @@ int ns_grant(struct net_conn *cc, struct net_mr *mr, void *addr, size_t len, uns
 {
 	struct ns_conn *c = to_conn(cc);
 	struct ns_mr *m = (struct ns_mr *)mr;
-	struct ns_key k = { 0 };
+	struct ns_key k = {0};
 	int err;
 
-	if (m->d != c->d || !key_covers(&(struct ns_key){ .addr = (uintptr_t)mr->addr,
-							  .len = mr->len },
-					(uintptr_t)addr, len, 0))
+	if (m->d != c->d ||
+	    !key_covers(&(struct ns_key){.addr = (uintptr_t)mr->addr, .len = mr->len},
+			(uintptr_t)addr, len, 0))
 		return -EINVAL;
 	k.key = new_key(c->d);
 	k.parent = mr->lkey;
@@ -662,7 +662,7 @@ static int set_nonblock(int fd)
 static int wait_fd(int fd, short ev, uint64_t deadline)
 {
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = ev };
+		struct pollfd p = {.fd = fd, .events = ev};
 		int r = poll(&p, 1, ms_left(deadline));
 		if (r > 0)
 			return 1;
@@ -720,9 +720,9 @@ void ns_format_addr(const struct sockaddr_storage *ss, socklen_t len, bool local
 {
 	if (ss->ss_family == AF_UNIX) {
 		const struct sockaddr_un *un = (const struct sockaddr_un *)ss;
-		size_t plen = len > offsetof(struct sockaddr_un, sun_path) ?
-				      len - offsetof(struct sockaddr_un, sun_path) :
-				      0;
+		size_t plen = len > offsetof(struct sockaddr_un, sun_path)
+				  ? len - offsetof(struct sockaddr_un, sun_path)
+				  : 0;
 		if (plen && un->sun_path[0] == '\0')
 			snprintf(buf, cap, "unix:@%.*s", (int)(plen - 1), un->sun_path + 1);
 		else if (plen)
@@ -744,8 +744,8 @@ void ns_format_addr(const struct sockaddr_storage *ss, socklen_t len, bool local
 	}
 }
 
-static int resolve(struct ns_domain *d, const char *addr, bool passive,
-		   struct sockaddr_storage *ss, socklen_t *len)
+static int resolve(struct ns_domain *d, const char *addr, bool passive, struct sockaddr_storage *ss,
+		   socklen_t *len)
 {
 	if (d->local)
 		return net_local_sockaddr(addr, ss, len);
@@ -824,7 +824,7 @@ static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, i
 
 	while (*off < total) {
 		struct iovec iov[2];
-		struct msghdr msg = { 0 };
+		struct msghdr msg = {0};
 		int n = 0;
 		ssize_t w;
 
@@ -883,7 +883,7 @@ static int tx_write(struct ns_conn *c, struct ns_txe *e, size_t *off, enum tx_mo
 static int sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t plen,
 		     uint64_t deadline)
 {
-	struct ns_txe e = { .data = payload, .dlen = plen, .pass_fd = -1 };
+	struct ns_txe e = {.data = payload, .dlen = plen, .pass_fd = -1};
 	atomic_uint_fast64_t sent = 0;
 	size_t off = 0;
 
@@ -1027,7 +1027,7 @@ static struct ns_txe *txe_new(const struct ns_hdr *h, const uint8_t *payload, si
 /* Queue a small frame from the rx thread (answers): never blocks. */
 static int tx_answer(struct ns_conn *c, uint8_t op, uint64_t seq, int status)
 {
-	struct ns_hdr h = { .op = op, .seq = seq, .status = status };
+	struct ns_hdr h = {.op = op, .seq = seq, .status = status};
 	struct ns_txe *e = txe_new(&h, NULL, 0, -1);
 	if (!e)
 		return -ENOMEM;
@@ -1035,10 +1035,9 @@ static int tx_answer(struct ns_conn *c, uint8_t op, uint64_t seq, int status)
 }
 
 /* Control frame (announcements) from an application thread. */
-static void tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_t plen,
-		    int pass_fd)
+static void tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_t plen, int pass_fd)
 {
-	struct ns_hdr h = { .op = op, .len = (uint32_t)plen };
+	struct ns_hdr h = {.op = op, .len = (uint32_t)plen};
 	struct ns_txe *e = txe_new(&h, payload, plen, pass_fd);
 	if (!e) {
 		conn_break(c, -ENOMEM);
@@ -1157,8 +1156,8 @@ static ssize_t sock_recv(struct ns_conn *c, void *dst, size_t n)
 			struct cmsghdr align;
 			char buf[CMSG_SPACE(sizeof(int) * 4)];
 		} cm;
-		struct iovec iov = { dst, n };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		struct iovec iov = {dst, n};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
 		msg.msg_control = cm.buf;
 		msg.msg_controllen = sizeof(cm.buf);
 		r = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -1214,7 +1213,7 @@ static int rx_wait(struct ns_conn *c, uint64_t *last_check)
 	uint64_t start = now_ns(), spin_end = start + NS_SPIN_NS;
 
 	for (;;) {
-		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		struct pollfd p = {.fd = c->fd, .events = POLLIN};
 		uint64_t now;
 		int r;
 
@@ -1433,7 +1432,7 @@ static void rmap_release(struct ns_rmap *m)
 
 static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 {
-	struct ns_rmap m = { 0 };
+	struct ns_rmap m = {0};
 	int fd = inbox_pop(c);
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t fd_off, aligned;
@@ -1464,8 +1463,8 @@ static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 		return 0;
 	}
 	if (m.map_len) {
-		m.map = mmap(NULL, m.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-			     (off_t)aligned);
+		m.map =
+		    mmap(NULL, m.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)aligned);
 		if (m.map == MAP_FAILED) {
 			/* Not fatal: accesses to it simply go by frame. */
 			dkv_warn("net: cannot map a shared registration of %s: %s", c->peer,
@@ -1525,7 +1524,7 @@ static int rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr 
 		pthread_rwlock_unlock(&c->rlock);
 		return 0;
 	case NS_GRANT_ADD: {
-		struct ns_key k = { 0 };
+		struct ns_key k = {0};
 		if (h->len != NS_GRANT_ADD_LEN)
 			return -EPROTO;
 		k.key = get_u32(p);
@@ -1582,7 +1581,7 @@ static int rx_frame(struct ns_reader *rd)
 			return rx_refuse(c, NS_READ_RESP, h.seq, err);
 		{
 			struct ns_txe *e = malloc(sizeof(*e));
-			struct ns_hdr a = { .op = NS_READ_RESP, .seq = h.seq, .len = h.len };
+			struct ns_hdr a = {.op = NS_READ_RESP, .seq = h.seq, .len = h.len};
 			if (!e)
 				return -ENOMEM;
 			ns_hdr_encode(e->hdr, &a);
@@ -1598,8 +1597,7 @@ static int rx_frame(struct ns_reader *rd)
 	case NS_WRITE_IMM:
 		if ((h.flags & NS_F_INPLACE) && !c->local)
 			return -EPROTO;
-		err = check_remote_access(c, h.rkey, h.raddr, h.len, NET_ACCESS_REMOTE_WRITE,
-					  &ptr);
+		err = check_remote_access(c, h.rkey, h.raddr, h.len, NET_ACCESS_REMOTE_WRITE, &ptr);
 		if (err)
 			return rx_refuse(c, NS_ACK, h.seq, err);
 		if (!(h.flags & NS_F_INPLACE)) {
@@ -1745,8 +1743,8 @@ static void conn_free(struct ns_conn *c)
 	free(c);
 }
 
-static int conn_new(struct ns_domain *d, int fd, const struct net_conn_opts *o,
-		    const char *peer, struct ns_conn **out)
+static int conn_new(struct ns_domain *d, int fd, const struct net_conn_opts *o, const char *peer,
+		    struct ns_conn **out)
 {
 	struct ns_conn *c = calloc(1, sizeof(*c));
 	if (!c)
@@ -1826,8 +1824,8 @@ static int conn_start(struct ns_conn *c)
 	return 0;
 }
 
-int ns_conn_from_fd(struct net_domain *dd, int fd, const struct net_conn_opts *o,
-		    const char *peer, struct net_conn **out)
+int ns_conn_from_fd(struct net_domain *dd, int fd, const struct net_conn_opts *o, const char *peer,
+		    struct net_conn **out)
 {
 	struct ns_domain *d = to_dom(dd);
 	struct ns_conn *c;
@@ -2065,12 +2063,12 @@ const char *ns_req_peer(const struct net_conn_req *rr)
 	return ((const struct ns_req *)rr)->peer;
 }
 
-int ns_accept(struct net_conn_req *rr, const struct net_conn_opts *o, const void *priv,
-	      size_t len, struct net_conn **out)
+int ns_accept(struct net_conn_req *rr, const struct net_conn_opts *o, const void *priv, size_t len,
+	      struct net_conn **out)
 {
 	struct ns_req *r = (struct ns_req *)rr;
 	struct net_conn_opts full;
-	struct ns_hdr h = { .op = NS_ACCEPT, .len = (uint32_t)len };
+	struct ns_hdr h = {.op = NS_ACCEPT, .len = (uint32_t)len};
 	struct ns_conn *c;
 	int err;
 
@@ -2102,7 +2100,7 @@ int ns_accept(struct net_conn_req *rr, const struct net_conn_opts *o, const void
 void ns_reject(struct net_conn_req *rr, const void *priv, size_t len)
 {
 	struct ns_req *r = (struct ns_req *)rr;
-	struct ns_hdr h = { .op = NS_REJECT, .len = (uint32_t)len, .status = -ECONNREFUSED };
+	struct ns_hdr h = {.op = NS_REJECT, .len = (uint32_t)len, .status = -ECONNREFUSED};
 	int err = sync_send(r->fd, &h, priv, len, deadline_after(1000));
 	if (err)
 		dkv_info("net: could not deliver a rejection to %s: %s", r->peer,
@@ -2147,7 +2145,7 @@ int ns_connect(struct net_domain *dd, const char *addr, const struct net_conn_op
 	struct sockaddr_storage ss;
 	socklen_t slen = sizeof(ss);
 	uint8_t rp[NET_PRIV_MAX];
-	struct ns_hdr h = { .op = NS_HELLO, .len = (uint32_t)len };
+	struct ns_hdr h = {.op = NS_HELLO, .len = (uint32_t)len};
 	struct ns_conn *c = NULL;
 	char peer[128];
 	uint64_t deadline;
@@ -2242,30 +2240,28 @@ static int rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_
 		return g ? -DKV_E_GRANT : 1;
 	if (!m->map)
 		return 1;
-	if (g ? !key_covers(g, raddr, len, want) :
-		!key_covers(&(struct ns_key){ .addr = m->addr, .len = m->len, .access = m->access },
+	if (g ? !key_covers(g, raddr, len, want)
+	      : !key_covers(&(struct ns_key){.addr = m->addr, .len = m->len, .access = m->access},
 			    raddr, len, want))
 		return -DKV_E_GRANT;
 	/* A grant must also lie inside its registration. */
-	if (!key_covers(&(struct ns_key){ .addr = m->addr, .len = m->len }, raddr, len, 0))
+	if (!key_covers(&(struct ns_key){.addr = m->addr, .len = m->len}, raddr, len, 0))
 		return -DKV_E_GRANT;
 	*ptr = m->base + (raddr - m->addr);
 	return 0;
 }
 
 static const enum net_wc_op wc_of[] = {
-	[NET_WR_READ] = NET_WC_READ,
-	[NET_WR_WRITE] = NET_WC_WRITE,
-	[NET_WR_WRITE_IMM] = NET_WC_WRITE_IMM,
-	[NET_WR_SEND] = NET_WC_SEND,
-	[NET_WR_RECV] = NET_WC_RECV,
+    [NET_WR_READ] = NET_WC_READ,	   [NET_WR_WRITE] = NET_WC_WRITE,
+    [NET_WR_WRITE_IMM] = NET_WC_WRITE_IMM, [NET_WR_SEND] = NET_WC_SEND,
+    [NET_WR_RECV] = NET_WC_RECV,
 };
 
 static const uint8_t frame_of[] = {
-	[NET_WR_READ] = NS_READ_REQ,
-	[NET_WR_WRITE] = NS_WRITE,
-	[NET_WR_WRITE_IMM] = NS_WRITE_IMM,
-	[NET_WR_SEND] = NS_SEND,
+    [NET_WR_READ] = NS_READ_REQ,
+    [NET_WR_WRITE] = NS_WRITE,
+    [NET_WR_WRITE_IMM] = NS_WRITE_IMM,
+    [NET_WR_SEND] = NS_SEND,
 };
 
 /* Count a post for fault injection.  mu held.  Returns -EIO when this post
@@ -2355,8 +2351,8 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	pthread_mutex_unlock(&c->mu);
 
 	if (try_local) {
-		unsigned want = wr->op == NET_WR_READ ? NET_ACCESS_REMOTE_READ :
-							NET_ACCESS_REMOTE_WRITE;
+		unsigned want =
+		    wr->op == NET_WR_READ ? NET_ACCESS_REMOTE_READ : NET_ACCESS_REMOTE_WRITE;
 		pthread_rwlock_rdlock(&c->rlock);
 		lr = rmap_lookup(c, wr->rkey, wr->raddr, wr->len, want, &lp);
 		if (lr == 0 && wr->op == NET_WR_READ)
@@ -2390,13 +2386,13 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 
 	/* By frame (the peer's answer completes it). */
 	struct ns_hdr h = {
-		.op = frame_of[wr->op],
-		.len = (uint32_t)wr->len,
-		.seq = s->seq,
-		.raddr = wr->raddr,
-		.rkey = wr->rkey,
-		.imm = wr->imm,
-		.flags = lr == 0 ? NS_F_INPLACE : 0,
+	    .op = frame_of[wr->op],
+	    .len = (uint32_t)wr->len,
+	    .seq = s->seq,
+	    .raddr = wr->raddr,
+	    .rkey = wr->rkey,
+	    .imm = wr->imm,
+	    .flags = lr == 0 ? NS_F_INPLACE : 0,
 	};
 	pthread_mutex_lock(&c->mu);
 	s->wire = !s->done;
@@ -2476,8 +2472,8 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 		if (now >= deadline)
 			break;
 		uint64_t until = deadline < now + 1000000000ull ? deadline : now + 1000000000ull;
-		struct timespec ts = { .tv_sec = (time_t)(until / 1000000000ull),
-				       .tv_nsec = (long)(until % 1000000000ull) };
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+				      .tv_nsec = (long)(until % 1000000000ull)};
 		c->waiters++;
 		pthread_cond_timedwait(&c->cond, &c->mu, &ts);
 		c->waiters--;

@@ -20,25 +20,25 @@
 #include "net/net_int.h"
 
 /* ---- the frame header (docs/wire-transport.md) ---- */
-#define NS_MAGIC 0x544e4b44u /* "DKNT" little-endian */
-#define NS_VERSION 1
+#define NS_MAGIC    0x544e4b44u /* "DKNT" little-endian */
+#define NS_VERSION  1
 #define NS_HDR_SIZE 48
 /* The largest operation: RDMA's 2 GiB message limit. */
 #define NS_MAX_LEN (1u << 31)
 
 enum ns_op {
-	NS_HELLO = 1,   /* connect request, payload = private data */
-	NS_ACCEPT = 2,  /* payload = private data */
-	NS_REJECT = 3,  /* payload = private data */
+	NS_HELLO = 1,	/* connect request, payload = private data */
+	NS_ACCEPT = 2,	/* payload = private data */
+	NS_REJECT = 3,	/* payload = private data */
 	NS_HS_DONE = 4, /* end of the acceptor's handshake announcements */
 	NS_READ_REQ = 10,
 	NS_READ_RESP = 11,
 	NS_WRITE = 12,
 	NS_WRITE_IMM = 13,
 	NS_SEND = 14,
-	NS_ACK = 15,      /* answer to WRITE, WRITE_IMM, SEND */
-	NS_MR_ADD = 20,   /* local: a shareable registration, fd by SCM_RIGHTS */
-	NS_MR_DEL = 21,   /* local: it was deregistered */
+	NS_ACK = 15,	   /* answer to WRITE, WRITE_IMM, SEND */
+	NS_MR_ADD = 20,	   /* local: a shareable registration, fd by SCM_RIGHTS */
+	NS_MR_DEL = 21,	   /* local: it was deregistered */
 	NS_GRANT_ADD = 22, /* local: a grant over a shareable registration */
 	NS_GRANT_DEL = 23, /* local: it was revoked */
 };
@@ -50,9 +50,9 @@ enum ns_op {
 struct ns_hdr {
 	uint8_t op;
 	uint16_t flags;
-	uint32_t len;   /* operation length; payload bytes for data-carrying frames */
+	uint32_t len;	/* operation length; payload bytes for data-carrying frames */
 	int32_t status; /* answers: 0 or negative errno / DKV_E_* */
-	uint64_t seq;   /* requester's work-request sequence number */
+	uint64_t seq;	/* requester's work-request sequence number */
 	uint64_t raddr;
 	uint32_t rkey;
 	uint32_t imm;
@@ -80,8 +80,8 @@ int ns_listener_fd(const struct net_listener *l);
 int ns_get_request(struct net_listener *l, int timeout_ms, struct net_conn_req **out);
 const void *ns_req_priv(const struct net_conn_req *r, size_t *len);
 const char *ns_req_peer(const struct net_conn_req *r);
-int ns_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void *priv,
-	      size_t len, struct net_conn **out);
+int ns_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void *priv, size_t len,
+	      struct net_conn **out);
 void ns_reject(struct net_conn_req *r, const void *priv, size_t len);
 void ns_listener_close(struct net_listener *l);
 int ns_connect(struct net_domain *d, const char *addr, const struct net_conn_opts *o,
@@ -97,30 +97,29 @@ void ns_conn_stats(const struct net_conn *c, struct net_stats *st);
 
 /* The ops table of a stream backend: everything but its name and how it
  * creates a domain is shared. */
-#define NS_OPS_INIT(nm, create)                                                                \
-	{                                                                                      \
-		.name = nm, .domain_create = create, .domain_destroy = ns_domain_destroy,      \
-		.reg_mr = ns_reg_mr, .dereg_mr = ns_dereg_mr, .grant = ns_grant,               \
-		.revoke = ns_revoke, .listen = ns_listen, .listener_addr = ns_listener_addr,   \
-		.listener_fd = ns_listener_fd, .get_request = ns_get_request,                  \
-		.req_priv = ns_req_priv, .req_peer = ns_req_peer, .accept = ns_accept,         \
-		.reject = ns_reject, .listener_close = ns_listener_close,                      \
-		.connect = ns_connect, .conn_peer = ns_conn_peer, .conn_ok = ns_conn_ok,       \
-		.close = ns_close, .post = ns_post, .poll = ns_poll, .conn_fd = ns_conn_fd,    \
-		.set_fault = ns_set_fault, .conn_stats = ns_conn_stats,                        \
+#define NS_OPS_INIT(nm, create)                                                                    \
+	{                                                                                          \
+		.name = nm, .domain_create = create, .domain_destroy = ns_domain_destroy,          \
+		.reg_mr = ns_reg_mr, .dereg_mr = ns_dereg_mr, .grant = ns_grant,                   \
+		.revoke = ns_revoke, .listen = ns_listen, .listener_addr = ns_listener_addr,       \
+		.listener_fd = ns_listener_fd, .get_request = ns_get_request,                      \
+		.req_priv = ns_req_priv, .req_peer = ns_req_peer, .accept = ns_accept,             \
+		.reject = ns_reject, .listener_close = ns_listener_close, .connect = ns_connect,   \
+		.conn_peer = ns_conn_peer, .conn_ok = ns_conn_ok, .close = ns_close,               \
+		.post = ns_post, .poll = ns_poll, .conn_fd = ns_conn_fd,                           \
+		.set_fault = ns_set_fault, .conn_stats = ns_conn_stats,                            \
 	}
 
 /* Wrap an already connected stream socket (handshake done or skipped) in a
  * connection of domain d and start its threads; fd is consumed.  For tests
  * (the fuzzer feeds a socketpair) and for the backends themselves. */
-int ns_conn_from_fd(struct net_domain *d, int fd, const struct net_conn_opts *o,
-		    const char *peer, struct net_conn **out);
+int ns_conn_from_fd(struct net_domain *d, int fd, const struct net_conn_opts *o, const char *peer,
+		    struct net_conn **out);
 
 /* ---- addresses (net_tcp.c, net_local.c) ---- */
 /* Resolve addr for connect (passive=false) or bind (passive=true).
  * 0, -EINVAL (malformed), -EHOSTUNREACH (name does not resolve). */
-int net_tcp_sockaddr(const char *addr, bool passive, struct sockaddr_storage *ss,
-		     socklen_t *len);
+int net_tcp_sockaddr(const char *addr, bool passive, struct sockaddr_storage *ss, socklen_t *len);
 /* "unix:PATH", "unix:@NAME", or "HOST:PORT" which names the memory node's
  * local endpoint "unix:@dkvfs-memnode-PORT".  0 or -EINVAL. */
 int net_local_sockaddr(const char *addr, struct sockaddr_storage *ss, socklen_t *len);

@@ -11,11 +11,10 @@
 
 #include "net/net_stream.h"
 
-int net_tcp_sockaddr(const char *addr, bool passive, struct sockaddr_storage *ss,
-		     socklen_t *len)
+int net_tcp_sockaddr(const char *addr, bool passive, struct sockaddr_storage *ss, socklen_t *len)
 {
 	char host[256], port[16];
-	struct addrinfo hints = { 0 }, *res = NULL;
+	struct addrinfo hints = {0}, *res = NULL;
 	int err;
 
 	err = net_parse_hostport(addr, host, sizeof(host), port, sizeof(port));
@@ -26,8 +25,8 @@ int net_tcp_sockaddr(const char *addr, bool passive, struct sockaddr_storage *ss
 	hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
 	err = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
 	if (err)
-		return err == EAI_NONAME || err == EAI_AGAIN || err == EAI_FAIL ? -EHOSTUNREACH :
-										  -EINVAL;
+		return err == EAI_NONAME || err == EAI_AGAIN || err == EAI_FAIL ? -EHOSTUNREACH
+										: -EINVAL;
 	if (res->ai_addrlen > sizeof(*ss)) {
 		freeaddrinfo(res);
 		return -EINVAL;

@@ -100,7 +100,7 @@ static void *t_accept_main(void *arg)
 static void t_connect(struct t_pair *p, const struct net_conn_opts *co, struct net_conn **cli,
 		      struct net_conn **srv)
 {
-	struct t_acceptor a = { .p = p };
+	struct t_acceptor a = {.p = p};
 	pthread_t th;
 	char rp[NET_PRIV_MAX];
 	size_t rl = sizeof(rp);
@@ -175,7 +175,7 @@ static void t_fill(uint8_t *p, size_t n, unsigned seed)
 
 static void case_rw_sizes(enum net_kind k)
 {
-	static const size_t sizes[] = { 1, 7, 4096, 65536, MiB + 3, 64 * MiB };
+	static const size_t sizes[] = {1, 7, 4096, 65536, MiB + 3, 64 * MiB};
 	struct t_pair p;
 	struct t_mem sm, cm;
 
@@ -283,7 +283,7 @@ static void *t_worker_main(void *arg)
  * conns doing round trips. */
 static void case_threads(enum net_kind k)
 {
-	struct net_conn_opts o = { .max_send_wr = 1024 };
+	struct net_conn_opts o = {.max_send_wr = 1024};
 	struct t_pair p;
 	struct t_mem sm, cm;
 	struct t_worker w[4];
@@ -295,10 +295,10 @@ static void case_threads(enum net_kind k)
 		   NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE);
 	t_mem_init(&cm, p.cd, 8 * TW_SZ, NET_ACCESS_LOCAL_WRITE);
 	for (int i = 0; i < 4; i++) {
-		w[i] = (struct t_worker){ .c = p.c, .sm = &sm, .cm = &cm, .idx = i };
+		w[i] = (struct t_worker){.c = p.c, .sm = &sm, .cm = &cm, .idx = i};
 		pthread_create(&th[i], NULL, t_worker_main, &w[i]);
 	}
-	int got = 0, seen[4] = { 0 };
+	int got = 0, seen[4] = {0};
 	while (got < 4 * TW_OPS) {
 		struct net_wc wc[32];
 		int n = net_poll(p.c, wc, 32, 5000);
@@ -319,8 +319,8 @@ static void case_threads(enum net_kind k)
 	for (int i = 0; i < 4; i++)
 		t_connect(&p, NULL, &cc[i], &ss[i]);
 	for (int i = 0; i < 4; i++) {
-		w[i] = (struct t_worker){ .c = cc[i], .sm = &sm, .cm = &cm, .idx = i,
-					  .poll_self = true };
+		w[i] = (struct t_worker){
+		    .c = cc[i], .sm = &sm, .cm = &cm, .idx = i, .poll_self = true};
 		pthread_create(&th[i], NULL, t_worker_main, &w[i]);
 	}
 	for (int i = 0; i < 4; i++) {
@@ -350,7 +350,7 @@ static void case_write_imm(enum net_kind k)
 					sm.mr->rkey, 0xabcdef01u),
 		     0);
 	/* the server blocks on its fd until the RECV_IMM is there */
-	struct pollfd pf = { .fd = net_conn_fd(p.s), .events = POLLIN };
+	struct pollfd pf = {.fd = net_conn_fd(p.s), .events = POLLIN};
 	cr_assert_eq(poll(&pf, 1, 5000), 1, "conn fd never became readable");
 	struct net_wc wc = t_wait1(p.s, 0);
 	cr_assert_eq(wc.status, 0);
@@ -365,9 +365,8 @@ static void case_write_imm(enum net_kind k)
 	cr_assert_eq(wc.op, NET_WC_WRITE_IMM);
 	cr_assert_eq(wc.status, 0);
 	/* a WRITE_IMM before any RECV is held until one is posted */
-	cr_assert_eq(net_post_write_imm(p.c, 6, cm.p, 10, cm.mr->lkey, (uintptr_t)sm.p,
-					sm.mr->rkey, 42),
-		     0);
+	cr_assert_eq(
+	    net_post_write_imm(p.c, 6, cm.p, 10, cm.mr->lkey, (uintptr_t)sm.p, sm.mr->rkey, 42), 0);
 	wc = t_wait1(p.c, 5000);
 	cr_assert_eq(wc.status, 0);
 	cr_assert_eq(net_post_recv(p.s, 78, rbuf, 64, sm.mr->lkey), 0);
@@ -446,8 +445,8 @@ static void t_violation(enum net_kind k, enum t_viol v)
 	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
 	t_mem_init(&cm, p.cd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
 	/* server grants a window [64 KiB, 128 KiB) */
-	unsigned acc = v == V_WRITEONLY ? NET_ACCESS_REMOTE_WRITE :
-					  NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE;
+	unsigned acc = v == V_WRITEONLY ? NET_ACCESS_REMOTE_WRITE
+					: NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE;
 	cr_assert_eq(net_grant(p.s, sm.mr, sm.p + 65536, 65536, acc, &rkey), 0);
 	raddr = (uintptr_t)(sm.p + 65536);
 	/* the grant works: one good round trip first, ordered after the
@@ -479,8 +478,8 @@ static void t_violation(enum net_kind k, enum t_viol v)
 		read = false;
 		break;
 	}
-	int r = read ? net_post_read(p.c, 2, cm.p, 100, cm.mr->lkey, raddr, rkey) :
-		       net_post_write(p.c, 2, cm.p, 100, cm.mr->lkey, raddr, rkey);
+	int r = read ? net_post_read(p.c, 2, cm.p, 100, cm.mr->lkey, raddr, rkey)
+		     : net_post_write(p.c, 2, cm.p, 100, cm.mr->lkey, raddr, rkey);
 	cr_assert_eq(r, 0);
 	struct net_wc wc = t_wait1(p.c, 5000);
 	cr_assert_eq(wc.wr_id, 2);
@@ -525,7 +524,7 @@ static void *t_poll_accept_main(void *arg)
 {
 	struct t_acceptor *a = arg;
 	struct net_conn_req *r = NULL;
-	struct pollfd pf = { .fd = net_listener_fd(a->p->l), .events = POLLIN };
+	struct pollfd pf = {.fd = net_listener_fd(a->p->l), .events = POLLIN};
 	a->err = -ETIMEDOUT;
 	/* an event loop: wait on the fd, then take the request without waiting */
 	for (int i = 0; i < 50 && a->err; i++) {
@@ -540,8 +539,8 @@ static void *t_poll_accept_main(void *arg)
 /* A listener driven by poll() on net_listener_fd and get_request(0). */
 static void case_poll_accept(enum net_kind k)
 {
-	struct t_pair p = { .kind = k };
-	struct t_acceptor a = { .p = &p };
+	struct t_pair p = {.kind = k};
+	struct t_acceptor a = {.p = &p};
 	pthread_t th;
 
 	cr_assert_eq(net_domain_create(k, &p.sd), 0);
@@ -583,11 +582,11 @@ static void case_reject(enum net_kind k)
 	struct net_domain *sd, *cd;
 	struct net_listener *l;
 	struct net_conn *c = NULL;
-	struct t_rejector r = { 0 };
+	struct t_rejector r = {0};
 	char addr[128], rp[NET_PRIV_MAX];
 	size_t rl = sizeof(rp);
 	pthread_t th;
-	uint8_t big[NET_PRIV_MAX + 1] = { 0 };
+	uint8_t big[NET_PRIV_MAX + 1] = {0};
 
 	cr_assert_eq(net_domain_create(k, &sd), 0);
 	cr_assert_eq(net_domain_create(k, &cd), 0);
@@ -650,12 +649,12 @@ static void t_stop(pid_t pid)
 
 static void case_peer_death(enum net_kind k)
 {
-	struct net_conn_opts o = { .op_timeout_ms = 600 };
+	struct net_conn_opts o = {.op_timeout_ms = 600};
 	struct net_domain *cd;
 	struct net_conn *c;
 	struct t_mem cm;
 	int pfd[2];
-	char addr[128], msg[256] = { 0 }, saddr[128];
+	char addr[128], msg[256] = {0}, saddr[128];
 	unsigned rkey;
 	unsigned long long raddr;
 
@@ -768,7 +767,7 @@ static void case_faults(enum net_kind k)
 {
 	struct t_pair p;
 	struct t_mem sm, cm;
-	struct net_fault f = { .fail_nth = 3 };
+	struct net_fault f = {.fail_nth = 3};
 
 	t_pair_open(&p, k, NULL);
 	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE);
@@ -781,13 +780,12 @@ static void case_faults(enum net_kind k)
 	for (int i = 1; i <= 5; i++) {
 		struct net_wc wc = t_wait1(p.c, 5000);
 		cr_assert_eq(wc.wr_id, (uint64_t)i);
-		cr_assert_eq(wc.status, i == 3 ? -EIO : 0, "op %d: %s", i,
-			     dkv_strerror(wc.status));
+		cr_assert_eq(wc.status, i == 3 ? -EIO : 0, "op %d: %s", i, dkv_strerror(wc.status));
 	}
 	cr_assert(net_conn_ok(p.c));
 
 	/* delay: every frame waits */
-	f = (struct net_fault){ .delay_us = 20000 };
+	f = (struct net_fault){.delay_us = 20000};
 	cr_assert_eq(net_set_fault(p.c, &f), 0);
 	uint64_t t0 = t_now_us();
 	cr_assert_eq(net_post_send(p.c, 9, cm.p, 1, cm.mr->lkey), 0);
@@ -795,18 +793,15 @@ static void case_faults(enum net_kind k)
 	cr_assert_geq(t_now_us() - t0, 20000u);
 
 	/* drop_after 2: two posts, then the conn is gone */
-	f = (struct net_fault){ .drop_after = 2 };
+	f = (struct net_fault){.drop_after = 2};
 	cr_assert_eq(net_set_fault(p.c, &f), 0);
-	cr_assert_eq(net_post_write(p.c, 10, cm.p, 100, cm.mr->lkey, (uintptr_t)sm.p,
-				    sm.mr->rkey),
+	cr_assert_eq(net_post_write(p.c, 10, cm.p, 100, cm.mr->lkey, (uintptr_t)sm.p, sm.mr->rkey),
 		     0);
 	cr_assert(net_conn_ok(p.c));
-	cr_assert_eq(net_post_write(p.c, 11, cm.p, 100, cm.mr->lkey, (uintptr_t)sm.p,
-				    sm.mr->rkey),
+	cr_assert_eq(net_post_write(p.c, 11, cm.p, 100, cm.mr->lkey, (uintptr_t)sm.p, sm.mr->rkey),
 		     0);
 	cr_assert(!net_conn_ok(p.c));
-	cr_assert_eq(net_post_write(p.c, 12, cm.p, 100, cm.mr->lkey, (uintptr_t)sm.p,
-				    sm.mr->rkey),
+	cr_assert_eq(net_post_write(p.c, 12, cm.p, 100, cm.mr->lkey, (uintptr_t)sm.p, sm.mr->rkey),
 		     -ENOTCONN);
 	/* both posted ops still complete exactly once */
 	cr_assert_eq(t_wait1(p.c, 5000).wr_id, 10);
@@ -849,7 +844,7 @@ static void case_refused(enum net_kind k)
 /* A listener that never answers: connect gives up after connect_timeout. */
 static void case_connect_timeout(enum net_kind k)
 {
-	struct net_conn_opts o = { .connect_timeout_ms = 300 };
+	struct net_conn_opts o = {.connect_timeout_ms = 300};
 	struct net_domain *d;
 	struct net_listener *l;
 	struct net_conn *c = NULL;
@@ -883,14 +878,13 @@ static void case_bad_posts(enum net_kind k)
 	/* local buffer outside its registration / wrong lkey */
 	cr_assert_eq(net_post_read(p.c, 1, stack, 16, cm.mr->lkey, (uintptr_t)sm.p, sm.mr->rkey),
 		     -EINVAL);
-	cr_assert_eq(net_post_read(p.c, 1, cm.p + 4000, 200, cm.mr->lkey, (uintptr_t)sm.p,
-				   sm.mr->rkey),
-		     -EINVAL);
+	cr_assert_eq(
+	    net_post_read(p.c, 1, cm.p + 4000, 200, cm.mr->lkey, (uintptr_t)sm.p, sm.mr->rkey),
+	    -EINVAL);
 	cr_assert_eq(net_post_send(p.c, 1, cm.p, 16, 0xfffffu), -EINVAL);
 	/* grant outside the registration */
 	uint32_t rk;
-	cr_assert_eq(net_grant(p.s, sm.mr, sm.p + 4000, 200, NET_ACCESS_REMOTE_READ, &rk),
-		     -EINVAL);
+	cr_assert_eq(net_grant(p.s, sm.mr, sm.p + 4000, 200, NET_ACCESS_REMOTE_READ, &rk), -EINVAL);
 	cr_assert(net_conn_ok(p.c));
 	t_pair_end(&p, &sm, &cm);
 }
@@ -973,15 +967,15 @@ static void case_latency(enum net_kind k)
 	free(buf);
 }
 
-#define NET_CASE(name, ...)                                                                    \
-	Test(NET_CASES_SUITE, name, .timeout = 50)                                              \
-	{                                                                                      \
-		case_##name(NET_CASES_KIND());                                                 \
+#define NET_CASE(name, ...)                                                                        \
+	Test(NET_CASES_SUITE, name, .timeout = 50)                                                 \
+	{                                                                                          \
+		case_##name(NET_CASES_KIND());                                                     \
 	}
-#define NET_VIOL(name, v)                                                                      \
-	Test(NET_CASES_SUITE, name, .timeout = 30)                                              \
-	{                                                                                      \
-		t_violation(NET_CASES_KIND(), v);                                              \
+#define NET_VIOL(name, v)                                                                          \
+	Test(NET_CASES_SUITE, name, .timeout = 30)                                                 \
+	{                                                                                          \
+		t_violation(NET_CASES_KIND(), v);                                                  \
 	}
 
 NET_CASE(rw_sizes)

@@ -43,9 +43,14 @@ static uint32_t rnd(uint64_t *s)
 
 Test(frames, header_roundtrip_and_rejects)
 {
-	struct ns_hdr h = { .op = NS_WRITE_IMM, .flags = 0, .len = 4096, .status = 0,
-			    .seq = 0x0102030405060708ull, .raddr = 0xdeadbeef00ull,
-			    .rkey = 77, .imm = 0xabcdef01u };
+	struct ns_hdr h = {.op = NS_WRITE_IMM,
+			   .flags = 0,
+			   .len = 4096,
+			   .status = 0,
+			   .seq = 0x0102030405060708ull,
+			   .raddr = 0xdeadbeef00ull,
+			   .rkey = 77,
+			   .imm = 0xabcdef01u};
 	struct ns_hdr g;
 	uint8_t b[NS_HDR_SIZE];
 
@@ -136,10 +141,10 @@ static void guarded_init(struct guarded *g, size_t len)
 static size_t make_frame(uint64_t *s, uint8_t *buf, size_t cap, const struct net_mr *mr,
 			 uint32_t grant)
 {
-	static const uint8_t ops[] = { NS_HELLO, NS_ACCEPT, NS_HS_DONE, NS_READ_REQ,
-				       NS_READ_RESP, NS_WRITE, NS_WRITE_IMM, NS_SEND, NS_ACK,
-				       NS_MR_ADD, NS_MR_DEL, NS_GRANT_ADD, NS_GRANT_DEL, 77 };
-	struct ns_hdr h = { 0 };
+	static const uint8_t ops[] = {
+	    NS_HELLO, NS_ACCEPT, NS_HS_DONE, NS_READ_REQ, NS_READ_RESP, NS_WRITE,     NS_WRITE_IMM,
+	    NS_SEND,  NS_ACK,	 NS_MR_ADD,  NS_MR_DEL,	  NS_GRANT_ADD, NS_GRANT_DEL, 77};
+	struct ns_hdr h = {0};
 	uint32_t plen;
 
 	h.op = ops[rnd(s) % sizeof(ops)];
@@ -197,7 +202,7 @@ static bool feed(int fd, const uint8_t *buf, size_t n)
 		}
 		if (w < 0 && errno != EAGAIN)
 			return false;
-		struct pollfd p = { .fd = fd, .events = POLLOUT | POLLIN };
+		struct pollfd p = {.fd = fd, .events = POLLOUT | POLLIN};
 		if (poll(&p, 1, 300) <= 0)
 			return false; /* wedged: the caller checks the conn */
 		drain(fd);
@@ -212,18 +217,18 @@ static void fuzz_kind(enum net_kind kind)
 	struct net_mr *mr;
 	struct guarded g, rb;
 	uint64_t s = 0x1234567 + (uint64_t)kind, end = now_ms() + 1000;
-	struct net_conn_opts o = { .op_timeout_ms = 1000, .max_recv_wr = 8 };
+	struct net_conn_opts o = {.op_timeout_ms = 1000, .max_recv_wr = 8};
 	int conns = 0, broken = 0;
 	static uint8_t buf[8192];
 
 	cr_assert_eq(net_domain_create(kind, &d), 0);
 	guarded_init(&g, 64 * 1024);
 	guarded_init(&rb, 4096);
-	cr_assert_eq(net_reg_mr(d, g.p, g.len,
-				NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ |
-					NET_ACCESS_REMOTE_WRITE,
-				&mr),
-		     0);
+	cr_assert_eq(
+	    net_reg_mr(d, g.p, g.len,
+		       NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE,
+		       &mr),
+	    0);
 	struct net_mr *rmr;
 	cr_assert_eq(net_reg_mr(d, rb.p, rb.len, NET_ACCESS_LOCAL_WRITE, &rmr), 0);
 
@@ -238,9 +243,8 @@ static void fuzz_kind(enum net_kind kind)
 		conns++;
 		cr_assert_eq(net_grant(c, mr, g.p + 1024, 2048, NET_ACCESS_REMOTE_READ, &grant), 0);
 		for (int i = 0; i < 4; i++)
-			cr_assert_eq(net_post_recv(c, (uint64_t)i, rb.p + i * 1024, 1024,
-						   rmr->lkey),
-				     0);
+			cr_assert_eq(
+			    net_post_recv(c, (uint64_t)i, rb.p + i * 1024, 1024, rmr->lkey), 0);
 		/* up to 50 frames, or until it breaks */
 		for (int i = 0; i < 50 && net_conn_ok(c); i++) {
 			size_t n = make_frame(&s, buf, sizeof(buf), mr, grant);

@@ -8,5 +8,5 @@ static enum net_kind test_kind(void)
 }
 
 #define NET_CASES_SUITE local
-#define NET_CASES_KIND test_kind
+#define NET_CASES_KIND	test_kind
 #include "net_cases.h"
