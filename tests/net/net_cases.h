@@ -291,9 +291,11 @@ static void case_threads(enum net_kind k)
 	struct net_conn *cc[4], *ss[4];
 
 	t_pair_open(&p, k, &o);
-	t_mem_init(&sm, p.sd, 4 * TW_SZ,
+	/* workers 0-3 share one conn, 4-7 have their own; separate buffers,
+	 * so no buffer is rewritten while a frame from it may be in flight */
+	t_mem_init(&sm, p.sd, 8 * TW_SZ,
 		   NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE);
-	t_mem_init(&cm, p.cd, 8 * TW_SZ, NET_ACCESS_LOCAL_WRITE);
+	t_mem_init(&cm, p.cd, 16 * TW_SZ, NET_ACCESS_LOCAL_WRITE);
 	for (int i = 0; i < 4; i++) {
 		w[i] = (struct t_worker){.c = p.c, .sm = &sm, .cm = &cm, .idx = i};
 		pthread_create(&th[i], NULL, t_worker_main, &w[i]);
@@ -314,13 +316,15 @@ static void case_threads(enum net_kind k)
 	for (int i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
 		cr_assert_eq(w[i].errors, 0);
+		cr_assert_eq(memcmp(sm.p + (size_t)i * TW_SZ, cm.p + (size_t)i * 2 * TW_SZ, TW_SZ),
+			     0, "worker %d's writes did not land", i);
 	}
 
 	for (int i = 0; i < 4; i++)
 		t_connect(&p, NULL, &cc[i], &ss[i]);
 	for (int i = 0; i < 4; i++) {
 		w[i] = (struct t_worker){
-		    .c = cc[i], .sm = &sm, .cm = &cm, .idx = i, .poll_self = true};
+		    .c = cc[i], .sm = &sm, .cm = &cm, .idx = 4 + i, .poll_self = true};
 		pthread_create(&th[i], NULL, t_worker_main, &w[i]);
 	}
 	for (int i = 0; i < 4; i++) {
