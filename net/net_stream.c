@@ -1549,6 +1549,18 @@ static int rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr 
 	return -EPROTO;
 }
 
+/* Complete s with the status the peer answered; an error breaks the
+ * connection.  Called with mu held, returns with it released. */
+static int answer_complete(struct ns_conn *c, struct ns_slot *s, int status)
+{
+	if (status)
+		slot_fail_and_break(c, s, status);
+	else
+		slot_complete(c, s, 0);
+	pthread_mutex_unlock(&c->mu);
+	return status ? -ECONNRESET : 0;
+}
+
 /* One frame.  0 to go on, or the error that breaks the connection. */
 static int rx_frame(struct ns_reader *rd)
 {
@@ -1632,12 +1644,7 @@ static int rx_frame(struct ns_reader *rd)
 				return err;
 		}
 		pthread_mutex_lock(&c->mu);
-		if (h.status)
-			slot_fail_and_break(c, s, h.status);
-		else
-			slot_complete(c, s, 0);
-		pthread_mutex_unlock(&c->mu);
-		return h.status ? -ECONNRESET : 0;
+		return answer_complete(c, s, h.status);
 
 	case NS_ACK:
 		pthread_mutex_lock(&c->mu);
@@ -1646,12 +1653,7 @@ static int rx_frame(struct ns_reader *rd)
 			pthread_mutex_unlock(&c->mu);
 			return -EPROTO;
 		}
-		if (h.status)
-			slot_fail_and_break(c, s, h.status);
-		else
-			slot_complete(c, s, 0);
-		pthread_mutex_unlock(&c->mu);
-		return h.status ? -ECONNRESET : 0;
+		return answer_complete(c, s, h.status);
 
 	case NS_MR_ADD:
 	case NS_MR_DEL:
