@@ -5,6 +5,9 @@
 set -uo pipefail
 BUILD=${BUILD:-build}
 LIMIT=${TEST_TIME_LIMIT:-600}
+# Tests fork servers out of threaded processes (Criterion, memory nodes):
+# ThreadSanitizer must let such children run.  Harmless in other builds.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-die_after_fork=0}
 
 if [ $# -gt 0 ]; then
 	bins=(); for t in "$@"; do bins+=("$BUILD/tests/$t"); done
