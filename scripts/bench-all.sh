@@ -20,6 +20,9 @@ BUILD=${BUILD:-build}
 export BUILD
 NUM=${NUM:-2000000}
 NUM_TCP=${NUM_TCP:-1000000}
+# The tcp parts run with a 30 s operation timeout: with the default 5 s a
+# loaded 2-vCPU box has failed a fill with ETIMEDOUT (see docs/bench.md).
+OP_TIMEOUT=${OP_TIMEOUT:-30000}
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-/tmp/dkvfs-bench-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -40,7 +43,8 @@ part transport "$here/bench-transport.sh" ${TRANSPORT_FLAGS:-}
 part engine "$here/bench-engine.sh" --num="$NUM" --memnode_size=8G
 for c in memnode compute; do
 	part "engine-tcp-$c" "$BUILD/dkvfs-bench" --engine=dkv --transport=tcp --compaction=$c \
-		--num="$NUM_TCP" --memnode_size=8G --benchmarks=fillrandom,readrandom,readseq
+		--num="$NUM_TCP" --memnode_size=8G --op_timeout_ms="$OP_TIMEOUT" \
+		--benchmarks=fillrandom,readrandom,readseq
 done
 [ "${SKIP_FS:-0}" = 1 ] || part fs "$here/bench-fs.sh"
 echo "## all results in $OUT/results.txt" >&2
