@@ -5,10 +5,10 @@
  *   dkvfs-ctl --memnode=HOST:PORT [--token-file F] [--transport K] volumes
  *   dkvfs-ctl --memnode=HOST:PORT --volume=NAME [...] compact
  *
+ *   dkvfs-ctl stats MOUNTPOINT      (a mount's live counters)
+ *
  * Output is one `key: value` per line (stats) or one volume per line, so
- * scripts can grep it.  Commands are a table: `compact` (near-data
- * compaction on request) and `stats MOUNTPOINT` (the mount's stats file)
- * have their rows reserved.
+ * scripts can grep it.  Commands are a table.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -58,6 +58,32 @@ static int ctl_connect(const struct ctl *x, struct mn_client **out)
 	return rc;
 }
 
+/* stats MOUNTPOINT: a mount publishes its live counters in the read-only
+ * file MOUNTPOINT/.dkvfs/stats (docs/fs.md); print it. */
+static int mount_stats(const char *mnt)
+{
+	char path[4096], buf[8192];
+	size_t n;
+	FILE *f;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/.dkvfs/stats", mnt) >= sizeof(path)) {
+		fprintf(stderr, "dkvfs-ctl: mount point path too long\n");
+		return 2;
+	}
+	f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "dkvfs-ctl: %s: %s (is %s a dkvfs mount?)\n", path,
+			strerror(errno), mnt);
+		return 1;
+	}
+	printf("mount: %s\n", mnt);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, stdout);
+	n = (size_t)ferror(f);
+	fclose(f);
+	return n ? 1 : 0;
+}
+
 static int cmd_stats(const struct ctl *x, int argc, char **argv)
 {
 	static const char *const names[] = {
@@ -70,12 +96,8 @@ static int cmd_stats(const struct ctl *x, int argc, char **argv)
 	size_t rl = 0;
 	int rc;
 
-	if (argc > 1) {
-		/* stats MOUNTPOINT: the mount's stats file (not yet). */
-		fprintf(stderr, "dkvfs-ctl: stats of a mount (%s) is not implemented yet\n",
-			argv[1]);
-		return 2;
-	}
+	if (argc > 1)
+		return mount_stats(argv[1]);
 	rc = ctl_connect(x, &c);
 	if (rc)
 		return 1;
@@ -177,7 +199,8 @@ static const struct {
 	int (*fn)(const struct ctl *x, int argc, char **argv);
 	const char *help;
 } cmds[] = {
-	{ "stats", cmd_stats, "capacity, use, volumes, clients and their grants, traffic" },
+	{ "stats", cmd_stats,
+	  "capacity, use, volumes, clients and their grants, traffic; or: stats MOUNTPOINT" },
 	{ "volumes", cmd_volumes, "the volumes of the node, one per line" },
 	{ "compact", cmd_compact, "compact --volume (default \"default\") down to its last level" },
 };
