@@ -95,6 +95,8 @@ static int batch_add(eng_batch *b, int type, const void *k, size_t kl, const voi
 	put_u32(b->rep + 8, eng_batch_rep_count(b->rep) + 1);
 	b->bytes += kl + vl;
 	b->puts += type == IKEY_VALUE;
+	if (type == IKEY_VALUE)
+		b->put_bytes += kl + vl;
 	return 0;
 }
 
@@ -114,6 +116,7 @@ void eng_batch_clear(eng_batch *b)
 	b->len = ENG_BATCH_HDR;
 	b->bytes = 0;
 	b->puts = 0;
+	b->put_bytes = 0;
 }
 
 size_t eng_batch_count(const eng_batch *b)
@@ -138,6 +141,7 @@ int eng_batch_append_rep(eng_batch *dst, const eng_batch *src)
 	put_u32(dst->rep + 8, eng_batch_rep_count(dst->rep) + eng_batch_rep_count(src->rep));
 	dst->bytes += src->bytes;
 	dst->puts += src->puts;
+	dst->put_bytes += src->put_bytes;
 	return 0;
 }
 

@@ -40,6 +40,8 @@
 #include "engine/eng_int.h"
 
 #define GROUP_MAX (1u << 20)
+/* Put bytes a batch may carry while space is low (metadata-sized). */
+#define ENG_LOW_SPACE_PUT_MAX (16u << 10)
 
 uint64_t eng_now_us(void)
 {
@@ -96,6 +98,7 @@ void eng_space_drain(struct eng_db *db)
 	pthread_mutex_unlock(&db->free_mu);
 	if (!n)
 		return;
+	db->space_checked_us = 0; /* space came back: the next low check looks */
 	node = calloc(n, sizeof(*node));
 	for (size_t i = 0; i < n; i++) {
 		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
@@ -107,6 +110,18 @@ void eng_space_drain(struct eng_db *db)
 		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
 	free(node);
 	free(p);
+}
+
+void eng_space_check(struct eng_db *db)
+{
+	struct mn_node_stats st;
+	uint64_t free_bytes;
+
+	if (db->read_only || mn_stats(db->mc, &st))
+		return;
+	free_bytes = (st.capacity > st.used ? st.capacity - st.used : 0) +
+		     eng_alloc_free_bytes(db->alloc);
+	atomic_store(&db->space_low, free_bytes < db->reserve);
 }
 
 int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
@@ -123,6 +138,8 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 	r = mn_alloc_slab(db->mc, want, &slab);
 	if (r == -ENOSPC && want > len)
 		r = mn_alloc_slab(db->mc, len, &slab); /* a smaller slab may still fit */
+	if (r == -ENOSPC)
+		atomic_store(&db->space_low, true);
 	if (r)
 		return r;
 	r = eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,
@@ -228,6 +245,7 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 	if (e->has_wal_min)
 		eng_wal_release_below(db, e->wal_min);
 	eng_space_trim(db);
+	eng_space_check(db);
 	pthread_mutex_unlock(&db->man_mu);
 	eng_version_unref(old);
 	eng_mem_unref(flushed);
@@ -287,6 +305,7 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 		/* New memtable, new WAL segment: the old memtable's records all
 		 * lie in segments below log_no, released once it is flushed. */
 		pthread_mutex_lock(&db->man_mu);
+		eng_space_check(db);
 		r = db->read_only ? 0 : eng_wal_new_segment(db, 0);
 		log_no = db->nsegs ? db->segs[db->nsegs - 1].log_no : 0;
 		pthread_mutex_unlock(&db->man_mu);
@@ -399,6 +418,24 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 	return 0;
 }
 
+/* space_low is set by whoever ran out and cleared by checks after installs
+ * and memtable switches; while puts are refused neither happens, and space
+ * may have come back (compaction frees inputs after its install): look
+ * again, at most every 100 ms. */
+static bool space_still_low(struct eng_db *db)
+{
+	uint64_t now = eng_now_us();
+
+	pthread_mutex_lock(&db->man_mu);
+	if (now - db->space_checked_us >= 100000) {
+		db->space_checked_us = now;
+		eng_space_trim(db);
+		eng_space_check(db);
+	}
+	pthread_mutex_unlock(&db->man_mu);
+	return atomic_load(&db->space_low);
+}
+
 static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const eng_batch *b)
 {
 	struct eng_writer w = { 0 }, *last, *x;
@@ -409,6 +446,11 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 		return -EROFS;
 	if (eng_batch_count(b) == 0)
 		return 0;
+	/* Low on space: keep the reserve for deletes, metadata and the
+	 * flushes/compactions that turn deletes into free space. */
+	if (b->put_bytes > ENG_LOW_SPACE_PUT_MAX && atomic_load(&db->space_low) &&
+	    space_still_low(db))
+		return -ENOSPC;
 	w.batch = b;
 	w.sync = wo && wo->sync;
 	w.disable_wal = wo && wo->disable_wal;

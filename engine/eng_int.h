@@ -58,6 +58,7 @@ struct eng_batch {
 	size_t len, cap;
 	size_t bytes; /* user bytes (keys + values) */
 	size_t puts;  /* entries that are puts (the rest are deletions) */
+	size_t put_bytes; /* keys + values of the puts */
 };
 int eng_batch_append_rep(eng_batch *dst, const eng_batch *src);
 uint32_t eng_batch_rep_count(const uint8_t *rep);
@@ -265,6 +266,12 @@ struct eng_db {
 	_Atomic uint64_t last_seq;    /* last assigned (leader) */
 	_Atomic uint64_t visible_seq; /* readers see seqs <= this */
 	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */
+	/* Free space (node + our slabs) is below `reserve`: large puts fail
+	 * with -ENOSPC up front, so deletes, flushes and compaction still find
+	 * room and deleting data frees space again (eng_space_check). */
+	atomic_bool space_low;
+	uint64_t reserve;
+	uint64_t space_checked_us;    /* man_mu */
 
 	pthread_mutex_t mu;
 	pthread_cond_t flush_cv;      /* flush thread waits: work or stop */
@@ -337,6 +344,8 @@ void eng_space_drain(struct eng_db *db);
  * worth of free space), each logged as freed before mn_free_slab.  Caller
  * holds man_mu and is not inside a manifest operation. */
 void eng_space_trim(struct eng_db *db);
+/* Recompute db->space_low (one mn_stats round trip).  Caller holds man_mu. */
+void eng_space_check(struct eng_db *db);
 
 /* Manifest: log an edit (durably) and apply its non-table parts.  Caller
  * holds man_mu. */

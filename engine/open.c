@@ -204,6 +204,16 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	r = mn_client_open(&mo, &db->mc);
 	if (r)
 		goto fail;
+	{
+		struct mn_volume_info vi;
+
+		/* Room kept for deletes to turn into free space: two
+		 * memtables and two slabs, at most an eighth of the node. */
+		mn_volume_info(db->mc, &vi);
+		db->reserve = 2 * (uint64_t)db->o.memtable_size + 2 * (uint64_t)db->o.slab_size;
+		if (db->reserve > vi.region_size / 8)
+			db->reserve = vi.region_size / 8;
+	}
 
 	fresh = eng_manifest_recover(db, &st);
 	if (fresh < 0) {

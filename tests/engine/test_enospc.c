@@ -18,7 +18,7 @@ static void check_all(eng_db *db, const uint32_t *tags, unsigned n)
 	}
 }
 
-Test(enospc, full_node_harms_nothing, .timeout = 55)
+Test(enospc, full_node_harms_nothing)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -68,6 +68,52 @@ Test(enospc, full_node_harms_nothing, .timeout = 55)
 	/* The full volume reopens and still has everything. */
 	cr_assert_eq(eng_open(&o, &db), 0);
 	check_all(db, tags, n);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* Full node, then delete everything: deletes still work (large puts stop
+ * while free space is below the engine's reserve), compaction turns them into
+ * free space, and large writes succeed again. */
+Test(enospc, deleting_frees_space_again, .timeout = 50)
+{
+	struct tnode node;
+	struct eng_options o;
+	static char v[65536];
+	unsigned n, m;
+	int r = 0;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 48u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 1u << 20;
+	o.slab_size = 2u << 20;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (n = 0; n < 2000; n++) {
+		char k[32];
+
+		memset(v, (int)n, sizeof(v));
+		r = eng_put(db, NULL, k, tkey(k, sizeof(k), n), v, sizeof(v));
+		if (r)
+			break;
+	}
+	cr_assert_eq(r, -ENOSPC, "expected ENOSPC, got %d after %u writes", r, n);
+	for (unsigned i = 0; i < n; i++) {
+		char k[32];
+
+		cr_assert_eq(eng_delete(db, NULL, k, tkey(k, sizeof(k), i)), 0,
+			     "delete %u on a full node", i);
+	}
+	r = eng_compact_all(db);
+	cr_assert_eq(r, 0, "compact_all after deleting everything: %d", r);
+	for (m = 0; m < n / 2; m++) {
+		char k[32];
+
+		r = eng_put(db, NULL, k, tkey(k, sizeof(k), 100000 + m), v, sizeof(v));
+		if (r)
+			break;
+	}
+	cr_assert_eq(r, 0, "write %u after deleting %u values: %d", m, n, r);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
