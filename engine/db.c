@@ -389,6 +389,8 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		return -EOVERFLOW;
 	put_u64(g->rep, seq);
 	atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
+	if (g->puts < eng_batch_count(g) && atomic_load(&db->space_low))
+		atomic_store(&db->reclaimable, true); /* see reclaim() */
 	if (first->disable_wal) {
 		atomic_store(&db->unlogged, true);
 	} else {
@@ -436,6 +438,30 @@ static bool space_still_low(struct eng_db *db)
 	return atomic_load(&db->space_low);
 }
 
+/* Space is low and deletes were written since it got low: flush them and
+ * compact everything so the deleted data really goes, then look again.  One
+ * writer does it; the others wait for it and look too.  Returns 0 when
+ * there is room again, else -ENOSPC. */
+static int reclaim(struct eng_db *db)
+{
+	int r = -ENOSPC;
+
+	pthread_mutex_lock(&db->reclaim_mu);
+	if (atomic_exchange(&db->reclaimable, false)) {
+		r = eng_flush(db);
+		if (!r)
+			r = eng_compact_all(db);
+		if (r)
+			dkv_warn("reclaiming space after deletes failed: %s", dkv_strerror(r));
+		pthread_mutex_lock(&db->man_mu);
+		db->space_checked_us = 0;
+		pthread_mutex_unlock(&db->man_mu);
+	}
+	r = space_still_low(db) ? -ENOSPC : 0;
+	pthread_mutex_unlock(&db->reclaim_mu);
+	return r;
+}
+
 static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const eng_batch *b)
 {
 	struct eng_writer w = { 0 }, *last, *x;
@@ -449,7 +475,7 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 	/* Low on space: keep the reserve for deletes, metadata and the
 	 * flushes/compactions that turn deletes into free space. */
 	if (b->put_bytes > ENG_LOW_SPACE_PUT_MAX && atomic_load(&db->space_low) &&
-	    space_still_low(db))
+	    space_still_low(db) && reclaim(db))
 		return -ENOSPC;
 	w.batch = b;
 	w.sync = wo && wo->sync;

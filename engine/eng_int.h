@@ -272,6 +272,8 @@ struct eng_db {
 	atomic_bool space_low;
 	uint64_t reserve;
 	uint64_t space_checked_us;    /* man_mu */
+	atomic_bool reclaimable;      /* deletes written while space_low */
+	pthread_mutex_t reclaim_mu;   /* one writer reclaims at a time; first of all locks */
 
 	pthread_mutex_t mu;
 	pthread_cond_t flush_cv;      /* flush thread waits: work or stop */

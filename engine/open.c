@@ -175,6 +175,7 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->mu, NULL);
 	pthread_mutex_init(&db->man_mu, NULL);
 	pthread_mutex_init(&db->free_mu, NULL);
+	pthread_mutex_init(&db->reclaim_mu, NULL);
 	pthread_cond_init(&db->flush_cv, NULL);
 	pthread_cond_init(&db->done_cv, NULL);
 	db->snaps.next = db->snaps.prev = &db->snaps;
@@ -330,6 +331,7 @@ int eng_close(eng_db *db)
 	pthread_mutex_destroy(&db->mu);
 	pthread_mutex_destroy(&db->man_mu);
 	pthread_mutex_destroy(&db->free_mu);
+	pthread_mutex_destroy(&db->reclaim_mu);
 	pthread_cond_destroy(&db->flush_cv);
 	pthread_cond_destroy(&db->done_cv);
 	free(db);

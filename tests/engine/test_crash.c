@@ -34,9 +34,12 @@ static void apply(uint32_t *st, const struct rec *r)
 		st[r->key[i]] = r->op == OP_DEL ? 0 : r->tag[i];
 }
 
+/* Mostly small values; one in 16 is ~100 KiB (multi-segment WAL records,
+ * several flush buffers). */
+#define VBIG (110u << 10)
 static size_t vfor(char *v, size_t cap, uint32_t tag)
 {
-	return tval(v, cap, tag, 20 + tag % 300);
+	return tval(v, cap, tag, tag % 16 == 0 ? 100000 + tag % 5000 : 20 + tag % 300);
 }
 
 /* The node notices the killed client's connection asynchronously; until it
@@ -61,7 +64,8 @@ static void child(const struct eng_options *o, int fd, unsigned seed)
 		_exit(3);
 	for (;;) {
 		struct rec r = { 0 };
-		char k[32], v[512];
+		static char v[VBIG];
+		char k[32];
 		int n, x = (int)(rand_r(&seed) % 10), e;
 
 		r.op = x < 6 ? OP_PUT : x < 8 ? OP_DEL : OP_BATCH;
@@ -112,7 +116,7 @@ static uint32_t read_tag(eng_db *db, unsigned i)
 	cr_assert_eq(r, 0, "get key %u: %d", i, r);
 	cr_assert(vl > 1 && sscanf((char *)v, "v%u:", &tag) == 1);
 	{
-		char expect[512];
+		static char expect[VBIG];
 		size_t el = vfor(expect, sizeof(expect), tag);
 
 		cr_assert(el == vl && !memcmp(expect, v, vl), "key %u: torn value", i);
