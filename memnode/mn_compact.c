@@ -616,7 +616,8 @@ static void job_finish(struct job *j, int r)
 		job_free(j);
 		return;
 	}
-	qsort(j->outs, j->nouts, sizeof(*j->outs), cmp_out);
+	if (j->nouts)
+		qsort(j->outs, j->nouts, sizeof(*j->outs), cmp_out);
 	put_u32(rep, (uint32_t)j->nouts);
 	put_u64(rep + 8, in_bytes);
 	put_u64(rep + 16, st.bytes_out);

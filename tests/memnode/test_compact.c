@@ -87,7 +87,9 @@ static void read_table(const uint8_t *p, size_t len, struct rec **out, size_t *n
 		const void *v = dkv_iter_value(it, &vl);
 		struct rec *x;
 
-		*out = realloc(*out, (*n + 1) * sizeof(**out));
+		if ((*n & (*n - 1)) == 0) /* 0, 1, 2, 4...: double the array */
+			*out = realloc(*out, (*n ? *n * 2 : 1) * sizeof(**out));
+		cr_assert(*out);
 		x = &(*out)[(*n)++];
 		memset(x, 0, sizeof(*x));
 		x->kl = kl - IKEY_TRAILER_LEN;
@@ -320,6 +322,7 @@ Test(merge, tombstones_only_at_the_bottom)
 	cr_assert_eq(sk.n, 3);
 	cr_assert_eq(sk.r[1].type, IKEY_DELETION);
 	free(sk.r);
+	free(sk.first.p);
 	memset(&sk, 0, sizeof(sk));
 	/* Bottom: the b tombstone and b3 go. */
 	o.bottommost = true;
@@ -328,6 +331,7 @@ Test(merge, tombstones_only_at_the_bottom)
 	cr_assert_eq(sk.r[0].seq, 9);
 	cr_assert_eq(sk.r[1].seq, 8);
 	free(sk.r);
+	free(sk.first.p);
 	memset(&sk, 0, sizeof(sk));
 	/* Bottom with a snapshot at 4: a2 and b3 are what it reads; the b
 	 * tombstone (stripe 1) must stay to hide b3 from the latest view. */
