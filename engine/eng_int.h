@@ -21,6 +21,7 @@
 #ifndef DKV_ENG_INT_H
 #define DKV_ENG_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -331,6 +332,15 @@ struct eng_view {
 };
 int eng_view_get(struct eng_db *db, const struct eng_read_opts *ro, struct eng_view *vw);
 void eng_view_put(struct eng_view *vw);
+
+/* A one-sided operation failed because the connection broke (the client
+ * reconnects on the next call): worth exactly one more try, since READs and
+ * WRITEs of the same bytes to the same place are idempotent. */
+static inline bool eng_io_transient(int r)
+{
+	return r == -EIO || r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN ||
+	       r == -ECANCELED;
+}
 
 /* Remote read used by table iterators and lookups (counts stats). */
 int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool lookup);

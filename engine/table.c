@@ -25,6 +25,9 @@ int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool
 {
 	int r = mn_read(db->mc, off, buf, len);
 
+	if (eng_io_transient(r))
+		r = mn_read(db->mc, off, buf, len);
+
 	atomic_fetch_add_explicit(&db->st_remote_reads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&db->st_remote_read_bytes, len, memory_order_relaxed);
 	if (lookup) {

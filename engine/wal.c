@@ -124,6 +124,8 @@ int eng_wal_append(struct eng_db *db, const uint8_t *rec, size_t plen, bool sync
 	pthread_mutex_unlock(&db->man_mu);
 
 	r = mn_write(db->mc, off, rec, n);
+	if (eng_io_transient(r))
+		r = mn_write(db->mc, off, rec, n); /* same bytes, same place */
 	if (!r && sync) {
 		r = mn_sync(db->mc, off, n);
 		atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);
