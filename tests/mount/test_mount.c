@@ -383,15 +383,24 @@ Test(mount, kill9_mid_ingest_keeps_closed_files)
 	/* pass 1: every file with content a, all closed */
 	cr_assert_eq(sh("for i in $(seq 0 39); do cp %s/src/a$i %s/f$i; done", T, MNT), 0);
 	cr_assert_eq(sh("mkfifo %s/fifo", T), 0);
-	/* pass 2 rewrites them (O_TRUNC) with content b, reporting each close */
-	cr_assert_eq(sh("(for i in $(seq 0 39); do cp %s/src/b$i %s/f$i || exit 1; "
-			"echo $i >> %s/done; echo $i; done > %s/fifo) 2>/dev/null &",
-			T, MNT, T, T), 0);
+	/* pass 2 rewrites them (O_TRUNC) with content b, reporting each close;
+	 * the writer holds T/wlock while it runs */
+	char script[PATH_MAX + 16];
+	snprintf(script, sizeof(script), "%s/writer.sh", T);
+	FILE *w = fopen(script, "w");
+	cr_assert_not_null(w);
+	fprintf(w, "for i in $(seq 0 39); do cp %s/src/b$i %s/f$i || exit 1; echo $i >> %s/done; "
+		   "echo $i; done > %s/fifo\n", T, MNT, T, T);
+	fclose(w);
+	cr_assert_eq(sh("flock %s/wlock sh %s 2>/dev/null &", T, script), 0);
 	/* wait (blocking, no sleeps) until 10 rewrites have closed */
 	cr_assert_eq(sh("head -n 10 %s/fifo > /dev/null", T), 0);
 	pid_t pid = daemon_pid();
 	cr_assert_gt(pid, 0);
 	cr_assert_eq(kill(pid, SIGKILL), 0);
+	/* the writer must be gone before the lazy unmount: after it, its writes
+	 * would land in the bare mount point directory */
+	cr_assert_eq(sh("timeout 30 flock %s/wlock true", T), 0);
 	sh("fusermount3 -u -z %s", MNT);
 	cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
 	cr_assert_eq(up(NULL), 0, "remount after kill -9 failed");
