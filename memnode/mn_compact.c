@@ -607,6 +607,7 @@ static void job_finish(struct job *j, int r)
 		pthread_mutex_lock(&s->lock);
 		for (size_t i = 0; i < j->nouts; i++)
 			mn_free(&s->rg, j->vol, MN_KIND_NODE, j->outs[i].off);
+		s->vs[j->vol].jobs--;
 		pthread_mutex_unlock(&s->lock);
 		if (r != -ECANCELED)
 			dkv_warn("compaction of %u tables failed: %s", j->nin, dkv_strerror(r));
@@ -632,6 +633,9 @@ static void job_finish(struct job *j, int r)
 		put_u64(e + 16, j->outs[i].data_len);
 		put_u64(e + 24, j->outs[i].nrecords);
 	}
+	pthread_mutex_lock(&s->lock);
+	s->vs[j->vol].jobs--;
+	pthread_mutex_unlock(&s->lock);
 	atomic_fetch_add(&s->compactions, 1);
 	atomic_fetch_add(&s->compaction_bytes_read, in_bytes);
 	atomic_fetch_add(&s->compaction_bytes_written, st.bytes_out);
@@ -795,6 +799,8 @@ void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *cal
 		for (uint32_t i = 0; !r && i < j->nin; i++)
 			if (!range_owned(&s->rg, j->vol, j->in[i].off, j->in[i].len))
 				r = -EPERM;
+		if (!r)
+			s->vs[j->vol].jobs++; /* until job_finish: no new writer */
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (r) {

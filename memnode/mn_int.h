@@ -40,6 +40,10 @@ struct mn_conn {
 struct mn_volstate {
 	struct mn_conn *writer;   /* lease holder or NULL */
 	unsigned clients;
+	/* Compaction jobs running for the volume (mn_compact.c): a new writer
+	 * is refused until they have finished and freed what they allocated,
+	 * so its orphan sweep can never race them. */
+	unsigned jobs;
 };
 
 struct mn_server {

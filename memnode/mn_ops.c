@@ -69,9 +69,9 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 			 name, old->peer, mc->peer);
 		mn_conn_release(s, old);
 		rpc_sconn_close(old->sc);
-	} else if ((flags & MN_OPEN_WRITER) && old) {
+	} else if ((flags & MN_OPEN_WRITER) && (old || s->vs[v].jobs)) {
 		dkv_warn("lease refused to %s: volume %s has a writer (%s)", mc->peer, name,
-			 old->peer);
+			 old ? old->peer : "a compaction of the previous one is ending");
 		pthread_mutex_unlock(&s->lock);
 		return reply_err(call, -DKV_E_LEASE);
 	}
