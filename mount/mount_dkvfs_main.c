@@ -12,39 +12,53 @@
 
 #include "mount/mnt.h"
 
+/* Append the comma-separated options of list to *opts, minus fstab-only ones. */
+static int add_opts(char **opts, size_t *olen, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+	if (!copy)
+		return -1;
+	for (char *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+		if (mnt_fstab_only(o))
+			continue;
+		size_t l = strlen(o);
+		char *n = realloc(*opts, *olen + l + 2);
+		if (!n) {
+			free(copy);
+			return -1;
+		}
+		*opts = n;
+		if (*olen)
+			n[(*olen)++] = ',';
+		memcpy(n + *olen, o, l + 1);
+		*olen += l;
+	}
+	free(copy);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *src = NULL, *mnt = NULL;
-	char *opts = NULL, *memnode = NULL, *volume = NULL;
+	char *opts = calloc(1, 1), *memnode = NULL, *volume = NULL, *all = NULL;
 	size_t olen = 0;
-	int foreground = 0;
+	int foreground = 0, rc = 2;
 
+	if (!opts)
+		return 1;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		printf("usage: mount.dkvfs SOURCE MOUNTPOINT [-o OPTIONS]\n"
 		       "  SOURCE: dkvfs | HOST:PORT[+HOST:PORT...][/VOLUME] | unix:PATH[//VOLUME]\n"
 		       "  OPTIONS: as for dkvfs (dkvfs --help)\n");
-		return 0;
+		rc = 0;
+		goto out;
 	}
-	opts = calloc(1, 1);
-	if (!opts)
-		return 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-			char *list = strdup(argv[++i]), *save = NULL;
-			for (char *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-				if (mnt_fstab_only(o))
-					continue;
-				size_t l = strlen(o);
-				char *n = realloc(opts, olen + l + 2);
-				if (!n)
-					return 1;
-				opts = n;
-				if (olen)
-					opts[olen++] = ',';
-				memcpy(opts + olen, o, l + 1);
-				olen += l;
+			if (add_opts(&opts, &olen, argv[++i])) {
+				rc = 1;
+				goto out;
 			}
-			free(list);
 		} else if (!strcmp(argv[i], "-f")) {
 			foreground = 1;
 		} else if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "-v") || !strcmp(argv[i], "-s")) {
@@ -55,26 +69,30 @@ int main(int argc, char **argv)
 			mnt = argv[i];
 		} else {
 			fprintf(stderr, "mount.dkvfs: unexpected argument '%s'\n", argv[i]);
-			return 2;
+			goto out;
 		}
 	}
 	if (!src || !mnt) {
 		fprintf(stderr, "usage: mount.dkvfs SOURCE MOUNTPOINT [-o OPTIONS]\n");
-		return 2;
+		goto out;
 	}
 	if (mnt_parse_source(src, &memnode, &volume)) {
 		fprintf(stderr, "mount.dkvfs: bad source '%s' (dkvfs, HOST:PORT[/VOLUME] or unix:PATH[//VOLUME])\n",
 			src);
-		return 2;
+		goto out;
 	}
 	size_t need = olen + 32 + (memnode ? strlen(memnode) : 0) + (volume ? strlen(volume) : 0);
-	char *all = malloc(need);
-	if (!all)
-		return 1;
-	snprintf(all, need, "%s%s%s%s%s%s", opts, memnode ? (olen ? ",memnode=" : "memnode=") : "",
-		 memnode ? memnode : "", volume ? ",volume=" : "", volume ? volume : "", "");
-	if (!olen && !memnode && volume) /* unreachable: a volume comes with a memnode */
-		all[0] = 0;
+	all = malloc(need);
+	if (!all) {
+		rc = 1;
+		goto out;
+	}
+	snprintf(all, need, "%s%s%s%s%s", opts, memnode && olen ? "," : "",
+		 memnode ? "memnode=" : "", memnode ? memnode : "", "");
+	if (volume) {
+		size_t l = strlen(all);
+		snprintf(all + l, need - l, ",volume=%s", volume);
+	}
 	char *dargv[8];
 	int n = 0;
 	dargv[n++] = "dkvfs";
@@ -86,7 +104,8 @@ int main(int argc, char **argv)
 	}
 	dargv[n++] = (char *)mnt;
 	dargv[n] = NULL;
-	int rc = mnt_main(n, dargv);
+	rc = mnt_main(n, dargv);
+out:
 	free(all);
 	free(opts);
 	free(memnode);
