@@ -9,7 +9,10 @@
  *     every completed write; data and metadata are committed as one atomic
  *     batch on flush/fsync/close (and chunk by chunk for large writes, under
  *     an intent key so a crash never leaves garbage);
- *   - rename of a file or a whole directory is one atomic batch.
+ *   - rename (and RENAME_EXCHANGE) of files or whole directories is one
+ *     atomic batch;
+ *   - a mount reclaims what a crash left: chunks named by intent keys, files
+ *     left unlinked-while-open (H keys).
  *
  * Life cycle: fs_opts_init -> fs_create(kv) -> fuse_new(fs_fuse_ops(), ...,
  * private_data = the fs) -> loop -> fs_destroy -> fs_kv_destroy.
