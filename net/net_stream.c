@@ -1197,7 +1197,10 @@ static bool op_expired(struct ns_conn *c, uint64_t now)
 	for (uint64_t s = c->sq_head; s != c->sq_tail; s++) {
 		struct ns_slot *sl = &c->sq[s % c->sq_cap];
 		if (sl->wire) {
-			exp = now - sl->t_post > limit;
+			/* now may predate a t_post another thread just stamped:
+			 * without the first test the difference wraps and a fresh
+			 * request looks expired (spurious ETIMEDOUT under load). */
+			exp = now > sl->t_post && now - sl->t_post > limit;
 			break;
 		}
 	}
