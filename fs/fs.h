@@ -32,6 +32,14 @@ struct fs_kv;
 struct fs_ctx;
 struct fuse_operations;
 
+/* When a read stamps a file's atime (the stamp is committed with the record
+ * at the next flush/close, like any metadata change). */
+enum fs_atime {
+	FS_ATIME_RELATIME = 0, /* Linux's default: only if atime <= mtime or ctime, or a day old */
+	FS_ATIME_STRICT,       /* POSIX: every read */
+	FS_ATIME_NOATIME,      /* never (utimens still sets it) */
+};
+
 struct fs_opts {
 	uid_t root_uid;          /* owner of a freshly made root directory */
 	gid_t root_gid;
@@ -45,6 +53,7 @@ struct fs_opts {
 	unsigned max_dirty_chunks; /* per open file before early chunk writes, default 4 */
 	bool sync_on_close;      /* close() also eng_sync()s (default false: fsync does) */
 	bool writeback_cache;    /* kernel writeback cache (default false) */
+	enum fs_atime atime;     /* when reads stamp atime, default FS_ATIME_RELATIME */
 };
 void fs_opts_init(struct fs_opts *o);
 

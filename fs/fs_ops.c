@@ -865,6 +865,25 @@ static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 	return ret(fs, rc);
 }
 
+/* A read stamps atime per fs->opts.atime; the caller holds ino->mu.  The
+ * record is written with the inode's next commit (flush/close), so a read
+ * costs no extra store write, and relatime (the default) dirties a file only
+ * on its first read after a change or once a day. */
+static void touch_atime(struct fs_ctx *fs, struct fs_inode *ino)
+{
+	const int64_t day = 86400LL * 1000000000LL;
+	int64_t now;
+
+	if (fs->opts.read_only || fs->opts.atime == FS_ATIME_NOATIME)
+		return;
+	now = fs_now_ns();
+	if (fs->opts.atime == FS_ATIME_RELATIME && ino->rec.atime > ino->rec.mtime &&
+	    ino->rec.atime > ino->rec.ctime && now - ino->rec.atime < day)
+		return;
+	ino->rec.atime = now;
+	ino->dirty = true;
+}
+
 static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = FS();
@@ -880,6 +899,8 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 	}
 	pthread_mutex_lock(&fh->ino->mu);
 	int rc = fs_inode_read(fs, fh->ino, buf, size, (uint64_t)off);
+	if (rc >= 0)
+		touch_atime(fs, fh->ino);
 	pthread_mutex_unlock(&fh->ino->mu);
 	return ret(fs, rc);
 }

@@ -28,7 +28,7 @@ struct mnt_opts {
 	char *data_dir;      /* embedded: region file and socket live here */
 	char *memnode_size;  /* embedded node's region, e.g. "1G" */
 	char *memnode_bin;   /* path of dkvfs-memnode (default: next to us, then PATH) */
-	char *backend;       /* "engine" (default) or "mem" (tests: no persistence) */
+	char *atime;       /* "relatime" (default), "strict" or "noatime" */
 	char *compaction;    /* memnode|compute|off */
 	size_t memtable_size;
 	size_t slab_size;

@@ -63,7 +63,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("data_dir=%s", data_dir),
 	OPT("memnode_size=%s", memnode_size),
 	OPT("memnode_bin=%s", memnode_bin),
-	OPT("backend=%s", backend),
+	OPT("atime=%s", atime),
 	OPT("compaction=%s", compaction),
 	OPT("op_timeout=%d", op_timeout_ms),
 	OPT("max_dirty=%d", max_dirty),
@@ -111,7 +111,8 @@ static void usage(const char *prog)
 	       "  -o writeback_cache       let the kernel buffer writes (faster small writes)\n"
 	       "  -o implicit_dirs         lookups find directories that have no marker (keys\n"
 	       "                           written by the raw key API); costs a seek per miss\n"
-	       "  -o backend=mem           keep everything in this process (tests; not persistent)\n"
+	       "  -o atime=WHEN            relatime|strict|noatime: when reads stamp atime\n"
+	       "                           (default relatime, as Linux mounts)\n"
 	       "  -o ro                    read-only\n"
 	       "\n"
 	       "general options:\n"
@@ -210,11 +211,42 @@ static int pick_data_dir(struct mnt *m)
 	return 0;
 }
 
-/* Take DATA_DIR/lock: refuse at once if a live dkvfs holds it, wait a while
- * if only an exiting memory node from a killed daemon does. */
+/* Is mnt (an absolute path) a FUSE mount right now?  /proc/mounts escapes
+ * blanks as octal (\040); compare in that form. */
+static bool fuse_mounted(const char *mnt)
+{
+	char want[PATH_MAX * 4], line[PATH_MAX * 4 + 256], dev[256], dir[PATH_MAX * 4], type[64];
+	size_t w = 0;
+	bool found = false;
+	FILE *f;
+
+	for (const char *p = mnt; *p && w + 5 < sizeof(want); p++) {
+		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\\')
+			w += (size_t)snprintf(want + w, sizeof(want) - w, "\\%03o", (unsigned char)*p);
+		else
+			want[w++] = *p;
+	}
+	want[w] = 0;
+	f = fopen("/proc/mounts", "r");
+	if (!f)
+		return true; /* cannot tell: assume the worst (refuse) */
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "%255s %4095s %63s", dev, dir, type) == 3 &&
+			!strcmp(dir, want) && !strncmp(type, "fuse", 4);
+	fclose(f);
+	return found;
+}
+
+/* Take DATA_DIR/lock, which holds "PID\nMOUNTPOINT\n" of its owner.  Refuse at
+ * once if a live dkvfs holds it and its mount is still there; wait (bounded)
+ * while the holder is only finishing: a daemon whose mount was just
+ * unmounted (it flushes, then exits) or the exiting memory node of a killed
+ * daemon.  So `umount; dkvfs ...` in a row just works. */
 static int lock_data_dir(struct mnt *m)
 {
-	char path[PATH_MAX + 8], buf[32];
+	char path[PATH_MAX + 8], buf[PATH_MAX + 32];
+	bool told = false;
+
 	snprintf(path, sizeof(path), "%s/lock", m->data_dir);
 	m->lock_fd = open(path, O_RDWR | O_CREAT, 0600); /* inherited by the node */
 	if (m->lock_fd < 0) {
@@ -225,19 +257,29 @@ static int lock_data_dir(struct mnt *m)
 		if (flock(m->lock_fd, LOCK_EX | LOCK_NB) == 0)
 			break;
 		ssize_t n = pread(m->lock_fd, buf, sizeof(buf) - 1, 0);
-		pid_t pid = n > 0 ? (buf[n] = 0, (pid_t)atoi(buf)) : 0;
-		if (pid > 0 && kill(pid, 0) == 0) {
-			dkv_err("the volume in %s is already mounted (dkvfs pid %d); unmount it first",
-				m->data_dir, (int)pid);
+		buf[n > 0 ? n : 0] = 0;
+		pid_t pid = (pid_t)atoi(buf);
+		char *mnt = strchr(buf, '\n');
+		if (mnt && *++mnt)
+			mnt[strcspn(mnt, "\n")] = 0;
+		if (pid > 0 && kill(pid, 0) == 0 && (!mnt || !*mnt || fuse_mounted(mnt))) {
+			dkv_err("the volume in %s is already mounted (dkvfs pid %d%s%s); unmount it first",
+				m->data_dir, (int)pid, mnt && *mnt ? " on " : "", mnt ? mnt : "");
 			return -DKV_E_LEASE;
 		}
 		if (waited >= LOCK_WAIT_MS) {
-			dkv_err("%s is still locked by an exiting memory node; try again", path);
+			dkv_err("%s is still held by an exiting dkvfs or memory node (pid %d); try again",
+				path, (int)pid);
 			return -EBUSY;
+		}
+		if (!told && waited >= 500) {
+			dkv_info("waiting for the previous dkvfs of %s (pid %d) to finish", m->data_dir,
+				 (int)pid);
+			told = true;
 		}
 		nap(WAIT_STEP_MS);
 	}
-	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	int n = snprintf(buf, sizeof(buf), "%d\n%s\n", (int)getpid(), m->mountpoint);
 	if (ftruncate(m->lock_fd, 0) || pwrite(m->lock_fd, buf, (size_t)n, 0) != n)
 		dkv_warn("cannot write the pid into %s/lock", m->data_dir);
 	return 0;
@@ -363,17 +405,6 @@ static int read_token(struct mnt *m)
 
 static int open_store(struct mnt *m)
 {
-	if (m->o.backend && !strcmp(m->o.backend, "mem")) {
-		size_t cap = 0;
-		if (m->o.memnode_size && mnt_parse_size(m->o.memnode_size, &cap))
-			return -EINVAL;
-		m->kv = fs_kv_mem_create(cap);
-		return m->kv ? 0 : -ENOMEM;
-	}
-	if (m->o.backend && strcmp(m->o.backend, "engine")) {
-		dkv_err("unknown backend '%s' (engine or mem)", m->o.backend);
-		return -EINVAL;
-	}
 	struct eng_options eo;
 	int rc = read_token(m);
 	if (rc)
@@ -524,7 +555,7 @@ static void cleanup(struct mnt *m, int *rc)
 static void free_opts(struct mnt_opts *o)
 {
 	char **strs[] = { &o->memnode, &o->volume, &o->token_file, &o->transport, &o->data_dir,
-			  &o->memnode_size, &o->memnode_bin, &o->backend, &o->compaction };
+			  &o->memnode_size, &o->memnode_bin, &o->atime, &o->compaction };
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);
 		*strs[i] = NULL;
@@ -587,6 +618,17 @@ int mnt_main(int argc, char **argv)
 	fo.sync_on_close = m->o.sync_on_close;
 	fo.implicit_dirs = m->o.implicit_dirs;
 	fo.writeback_cache = m->o.writeback_cache;
+	if (!m->o.atime || !strcmp(m->o.atime, "relatime")) {
+		fo.atime = FS_ATIME_RELATIME;
+	} else if (!strcmp(m->o.atime, "strict")) {
+		fo.atime = FS_ATIME_STRICT;
+	} else if (!strcmp(m->o.atime, "noatime")) {
+		fo.atime = FS_ATIME_NOATIME;
+	} else {
+		dkv_err("unknown atime= '%s' (relatime, strict or noatime)", m->o.atime);
+		rc = -EINVAL;
+		goto out;
+	}
 	rc = fs_create(m->kv, &fo, &m->fs);
 	if (rc) {
 		dkv_err("cannot open the filesystem: %s", dkv_strerror(rc));

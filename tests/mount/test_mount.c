@@ -499,6 +499,51 @@ Test(mount, second_mount_of_a_volume_is_refused)
 	down();
 }
 
+/* umount returns before the daemon has flushed and exited: mounting again
+ * right away must wait for it rather than refuse. */
+Test(mount, remount_right_after_unmount)
+{
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(up(NULL), 0, "mount %d refused", i);
+		cr_assert_eq(sh("echo line%d >> %s/f", i, MNT), 0);
+		cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
+	}
+	cr_assert_eq(up(NULL), 0);
+	char out[64];
+	sh_out(out, sizeof(out), "tr '\\n' ' ' < %s/f", MNT);
+	cr_assert_str_eq(out, "line0 line1 line2 ");
+	down();
+}
+
+/* atime: relatime by default (a read stamps it when it is older than the
+ * last change), never with atime=noatime; the stamp survives a remount. */
+Test(mount, reads_stamp_atime_like_relatime)
+{
+	char a[64], b[64];
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("echo data > %s/f && touch -a -d '2001-02-03 04:05:06' %s/f", MNT, MNT), 0);
+	cr_assert_eq(sh("cat %s/f > /dev/null", MNT), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	sh_out(a, sizeof(a), "stat -c %%X %s/f", MNT);
+	cr_assert_gt(atol(a), 981173106L + 86400L, "read did not stamp atime: %s", a);
+	cr_assert_eq(sh("cat %s/f > /dev/null", MNT), 0); /* atime > mtime now: no stamp */
+	down();
+	cr_assert_eq(up(NULL), 0);
+	sh_out(b, sizeof(b), "stat -c %%X %s/f", MNT);
+	cr_assert_str_eq(a, b, "relatime stamped a read of an unchanged file");
+	cr_assert_eq(sh("touch -a -d '2001-02-03 04:05:06' %s/f", MNT), 0);
+	down();
+	cr_assert_eq(up("atime=noatime"), 0);
+	cr_assert_eq(sh("cat %s/f > /dev/null", MNT), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	sh_out(a, sizeof(a), "stat -c %%X %s/f", MNT);
+	cr_assert_eq(atol(a), 981173106L, "noatime stamped a read: %s", a);
+	down();
+	cr_assert_neq(up("atime=sometimes"), 0, "a bad atime= value was accepted");
+}
+
 Test(mount, sigterm_unmounts_cleanly)
 {
 	cr_assert_eq(up(NULL), 0);
