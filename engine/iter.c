@@ -2,7 +2,8 @@
  *
  * It pins a view (memtables + version + sequence number) and merges, newest
  * source first, the memtable, the immutable memtables, the level-0 tables
- * (newest first) and every table of the deeper levels (common/iter.h merge).
+ * (newest first) and one concatenating iterator per deeper level
+ * (common/iter.h), leaving out every table outside the iterator's bounds.
  * Table iterators prefetch runs of SST_READAHEAD_DEFAULT bytes per READ.
  *
  * On top of the merge it shows, for each user key in [lower, upper), the
@@ -72,6 +73,80 @@ static bool above_upper(const struct eng_iter *it, const void *uk, size_t ul)
 static bool below_lower(const struct eng_iter *it, const void *uk, size_t ul)
 {
 	return it->has_lower && ukey_cmp(uk, ul, it->lower.p, it->lower.len) < 0;
+}
+
+/* Can table t hold a user key in the iterator's [lower, upper)?  Tables
+ * that cannot are left out of the merge, so a listing of one directory does
+ * not touch the tables of the rest of the volume. */
+static bool table_in_bounds(const struct eng_iter *it, const struct eng_table *t)
+{
+	const struct sst_meta *m = &t->meta;
+
+	if (!m->smallest || m->smallest_len < IKEY_TRAILER_LEN || m->largest_len < IKEY_TRAILER_LEN)
+		return m->nrecords > 0; /* no bounds known: keep it */
+	if (above_upper(it, m->smallest, m->smallest_len - IKEY_TRAILER_LEN))
+		return false;
+	return !below_lower(it, m->largest, m->largest_len - IKEY_TRAILER_LEN);
+}
+
+/* A level >= 1: disjoint tables sorted by key, so one concatenating iterator
+ * (common/iter.h) keeps a single table open and a seek costs one binary
+ * search plus one table seek, instead of a seek in every table of the level.
+ * The view pins the version, which keeps files[] and the tables alive. */
+struct level_src {
+	struct eng_table **files;
+};
+
+static int level_open(void *ctx, int i, struct dkv_iter **out)
+{
+	return eng_table_iter_create(((struct level_src *)ctx)->files[i], out);
+}
+
+static const void *level_smallest(void *ctx, int i, size_t *len)
+{
+	const struct sst_meta *m = &((struct level_src *)ctx)->files[i]->meta;
+
+	*len = m->smallest_len;
+	return m->smallest;
+}
+
+static const void *level_largest(void *ctx, int i, size_t *len)
+{
+	const struct sst_meta *m = &((struct level_src *)ctx)->files[i]->meta;
+
+	*len = m->largest_len;
+	return m->largest;
+}
+
+/* 0 and *out, 1 when no table of the level lies in the bounds, or <0. */
+static int level_iter_create(const struct eng_iter *it, struct eng_table **files, size_t n,
+			     struct dkv_iter **out)
+{
+	struct dkv_concat_src src = { 0 };
+	struct level_src *ls;
+	size_t first = 0, end = n;
+	int r;
+
+	while (first < end && !table_in_bounds(it, files[first]))
+		first++;
+	while (end > first && !table_in_bounds(it, files[end - 1]))
+		end--;
+	if (first == end)
+		return 1;
+	ls = malloc(sizeof(*ls));
+	if (!ls)
+		return -ENOMEM;
+	ls->files = files + first;
+	src.n = (int)(end - first);
+	src.ctx = ls;
+	src.open = level_open;
+	src.smallest = level_smallest;
+	src.largest = level_largest;
+	src.release = free;
+	r = dkv_concat_iter_create(&src, out);
+	if (r)
+		free(ls);
+	return r;
 }
 
 /* Result of a movement: <0 error (sticky), 0 valid, 1 past the end. */
@@ -395,12 +470,19 @@ int eng_iter_create(eng_db *db, const struct eng_read_opts *ro, const void *lowe
 		if (!r)
 			n++;
 	}
-	for (int l = 0; l < ENG_LEVELS && !r; l++) {
-		for (size_t i = 0; i < it->vw.v->nfiles[l] && !r; i++) {
-			r = eng_table_iter_create(it->vw.v->files[l][i], &kids[n]);
-			if (!r)
-				n++;
-		}
+	for (size_t i = 0; i < it->vw.v->nfiles[0] && !r; i++) {
+		if (!table_in_bounds(it, it->vw.v->files[0][i]))
+			continue;
+		r = eng_table_iter_create(it->vw.v->files[0][i], &kids[n]);
+		if (!r)
+			n++;
+	}
+	for (int l = 1; l < ENG_LEVELS && !r; l++) {
+		r = level_iter_create(it, it->vw.v->files[l], it->vw.v->nfiles[l], &kids[n]);
+		if (r > 0)
+			r = 0; /* no table of the level lies in the bounds */
+		else if (!r)
+			n++;
 	}
 	if (r) {
 		for (size_t i = 0; i < n; i++)
