@@ -49,9 +49,9 @@
 #include "net/rpc.h"
 
 #define COMP_RETRY_MS 200
-#define COMP_CHUNK_MAX (96ull << 20)  /* input bytes per request */
+#define COMP_CHUNK_MAX (64ull << 20)  /* input bytes per request */
 #define COMP_OUT_MAX 256              /* expected outputs per request */
-#define COMP_L0_MAX (192ull << 20)    /* L0 input bytes per compaction */
+#define COMP_L0_MAX (256ull << 20)    /* L0 input bytes per compaction */
 #define PACE_SLOW_US 1000
 #define PACE_WAIT_MS 100
 
@@ -463,7 +463,8 @@ static int make_chunks(struct eng_db *db, const struct pick *p, struct chunk **o
 	qsort(cuts, nc, sizeof(*cuts), cmp_cut);
 	for (size_t i = 0; i < nc; i++) {
 		acc += cuts[i].bytes + l0 / nc;
-		if (acc < max || i + 1 >= nc)
+		/* Cut before the next table would take the chunk past max. */
+		if (i + 1 >= nc || acc + cuts[i + 1].bytes + l0 / nc <= max)
 			continue;
 		/* Boundaries strictly increase (two levels may share a key). */
 		if (ukey_cmp(cuts[i + 1].k, cuts[i + 1].len, cuts[i].k, cuts[i].len) <= 0)
@@ -1013,6 +1014,7 @@ int eng_compaction_pace(struct eng_db *db)
 	struct eng_compaction *c = db->comp;
 	int slow = db->o.l0_slowdown_trigger, stop = db->o.l0_stop_trigger;
 	uint64_t t0, deadline;
+	bool failing;
 	size_t n;
 
 	if (!c || !c->started)
@@ -1022,7 +1024,12 @@ int eng_compaction_pace(struct eng_db *db)
 		return 0;
 	t0 = eng_now_us();
 	atomic_fetch_add(&db->st_stalls, 1);
-	if (stop <= 0 || n < (size_t)stop) {
+	pthread_mutex_lock(&c->mu);
+	failing = c->last_err != 0;
+	pthread_mutex_unlock(&c->mu);
+	/* A failing compaction (node full) cannot bring L0 down: only slow
+	 * writers then, so deletes that would free space still get through. */
+	if (stop <= 0 || n < (size_t)stop || failing) {
 		struct timespec ts = { 0, PACE_SLOW_US * 1000L };
 
 		nanosleep(&ts, NULL);
@@ -1043,7 +1050,7 @@ int eng_compaction_pace(struct eng_db *db)
 		pthread_mutex_unlock(&c->mu);
 		n = l0_tables(db);
 		pthread_mutex_lock(&c->mu);
-		if (n < (size_t)stop)
+		if (n < (size_t)stop || c->last_err)
 			break;
 	}
 	pthread_mutex_unlock(&c->mu);
