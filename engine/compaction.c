@@ -52,6 +52,7 @@
 #define COMP_CHUNK_MAX (64ull << 20)  /* input bytes per request */
 #define COMP_OUT_MAX 256              /* expected outputs per request */
 #define COMP_L0_MAX (256ull << 20)    /* L0 input bytes per compaction */
+#define COMP_REPLY_TIMEOUT_MS(db) (12 * ((db)->o.op_timeout_ms > 0 ? (db)->o.op_timeout_ms : 5000))
 #define PACE_SLOW_US 1000
 #define PACE_WAIT_MS 100
 
@@ -615,7 +616,11 @@ static int run_memnode(struct eng_db *db, const struct pick *p, const struct chu
 	}
 	if (ch->hi)
 		memcpy(q, ch->hi, ch->hi_len);
-	r = mn_call(db->mc, MN_OP_COMPACT, req, sizeof(req), arg, alen, rep, RPC_REPLY_MAX, &rl);
+	/* A chunk is bounded (COMP_CHUNK_MAX) but a loaded node may still take
+	 * longer than one op timeout to merge it: wait for the reply longer
+	 * (a dead node still fails within op_timeout_ms). */
+	r = mn_call_timeout(db->mc, MN_OP_COMPACT, req, sizeof(req), arg, alen, rep,
+			    RPC_REPLY_MAX, &rl, COMP_REPLY_TIMEOUT_MS(db));
 	if (r)
 		goto out;
 	if (rl < MN_COMPACT_REP_HDR ||
