@@ -349,9 +349,17 @@ int mn_server_start(struct mn_server *s)
 
 void mn_server_stop(struct mn_server *s)
 {
-	if (!s || s->stopped)
+	bool was;
+
+	if (!s)
 		return;
+	/* Under s->lock: compaction jobs read it there (job_cancelled). */
+	pthread_mutex_lock(&s->lock);
+	was = s->stopped;
 	s->stopped = true;
+	pthread_mutex_unlock(&s->lock);
+	if (was)
+		return;
 	rpc_server_stop(s->rpc);
 	pthread_mutex_lock(&s->lock);
 	mn_region_sync(&s->rg, 0, s->rg.size);
