@@ -83,6 +83,8 @@ struct mn_client {
 	struct mn_area *areas;
 	size_t nareas, areacap;
 	void *freel[POOL_CLASSES]; /* free buffers, linked through their first word */
+	uintptr_t *doubt;          /* args of timed-out calls the node may still READ */
+	size_t ndoubt, doubtcap;
 };
 
 static int map_err(int rc)
@@ -217,6 +219,42 @@ void *mn_buf_alloc(struct mn_client *c, size_t len)
 	return pool_alloc(c, len);
 }
 
+/* Remember that the node may still READ the argument at a: a call using it
+ * timed out.  If the list cannot grow the buffer is at worst reused early,
+ * as before this list existed. */
+static void buf_doubt(struct mn_client *c, const void *a)
+{
+	pthread_mutex_lock(&c->block);
+	if (c->ndoubt == c->doubtcap) {
+		size_t cap = c->doubtcap ? 2 * c->doubtcap : 8;
+		uintptr_t *d = realloc(c->doubt, cap * sizeof(*d));
+
+		if (d) {
+			c->doubt = d;
+			c->doubtcap = cap;
+		}
+	}
+	if (c->ndoubt < c->doubtcap)
+		c->doubt[c->ndoubt++] = (uintptr_t)a;
+	pthread_mutex_unlock(&c->block);
+}
+
+/* Whether [p, p+len) holds the argument of a timed-out call (forgotten
+ * then: the buffer is leaked, never reused).  c->block held. */
+static bool buf_in_doubt(struct mn_client *c, uintptr_t p, size_t len)
+{
+	for (size_t k = 0; k < c->ndoubt; k++) {
+		if (c->doubt[k] - p < len) {
+			c->doubt[k] = c->doubt[--c->ndoubt];
+			return true;
+		}
+	}
+	return false;
+}
+
+/* A buffer whose call timed out is leaked rather than reused: the node may
+ * still READ it (the request is in flight), and must not see another
+ * caller's bytes there (a compaction request naming other tables). */
 void mn_buf_free(struct mn_client *c, void *p)
 {
 	ssize_t i;
@@ -225,7 +263,12 @@ void mn_buf_free(struct mn_client *c, void *p)
 		return;
 	pthread_mutex_lock(&c->block);
 	i = area_find(c, (uintptr_t)p);
-	if (i >= 0 && c->areas[i].cls >= 0) {
+	if (i >= 0 && c->ndoubt &&
+	    buf_in_doubt(c, (uintptr_t)p,
+			 c->areas[i].cls >= 0 ? (size_t)1 << (POOL_MIN_SHIFT + c->areas[i].cls)
+					      : c->areas[i].len)) {
+		/* leaked */
+	} else if (i >= 0 && c->areas[i].cls >= 0) {
 		*(void **)p = c->freel[c->areas[i].cls];
 		c->freel[c->areas[i].cls] = p;
 	} else if (i >= 0 && c->areas[i].addr == (uintptr_t)p) {
@@ -654,6 +697,7 @@ void mn_client_close(struct mn_client *c)
 	while (c->nareas)
 		area_del(c, c->nareas - 1);
 	free(c->areas);
+	free(c->doubt);
 	free(c->ext);
 	net_domain_destroy(c->dom);
 	pthread_mutex_destroy(&c->lock);
@@ -712,6 +756,8 @@ int mn_call_timeout(struct mn_client *c, uint16_t op, const void *req, size_t re
 	rpc_chan_unref(ch);
 	if (rc != -ETIMEDOUT) /* else the node may still READ it: leak it */
 		buf_del(c, bounce);
+	else if (arg_len && !bounce)
+		buf_doubt(c, arg); /* the caller's own buffer: see mn_buf_free */
 	return map_err(rc);
 }
 

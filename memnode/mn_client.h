@@ -97,6 +97,8 @@ int mn_root_set(struct mn_client *c, const void *buf, size_t len);
 /* Registered, page-aligned buffers: I/O on them is zero-copy.  Any other
  * buffer works too, through a bounce copy.  NULL on -ENOMEM. */
 void *mn_buf_alloc(struct mn_client *c, size_t len);
+/* A buffer that was the argument of an mn_call that timed out is not reused
+ * (the node may still READ it); it is released by mn_client_close. */
 void mn_buf_free(struct mn_client *c, void *p);
 
 /* Synchronous READ/WRITE.  Errors: -DKV_E_GRANT, -EIO, -ETIMEDOUT. */
