@@ -8,6 +8,9 @@ LIMIT=${TEST_TIME_LIMIT:-600}
 # Tests fork servers out of threaded processes (Criterion, memory nodes):
 # ThreadSanitizer must let such children run.  Harmless in other builds.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-die_after_fork=0}
+# Leaks inside Criterion's own runner are not ours (see the file).
+here=$(cd "$(dirname "$0")/.." && pwd)
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}
 
 if [ $# -gt 0 ]; then
 	bins=(); for t in "$@"; do bins+=("$BUILD/tests/$t"); done
