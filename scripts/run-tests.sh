@@ -8,6 +8,14 @@ LIMIT=${TEST_TIME_LIMIT:-600}
 # Tests fork servers out of threaded processes (Criterion, memory nodes):
 # ThreadSanitizer must let such children run.  Harmless in other builds.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-die_after_fork=0}
+# Sanitizer builds run 3-15x slower: tests that give a healthy peer a bounded
+# time scale it by this factor (never their assertions).
+case "$BUILD" in
+*-thread) scale=10 ;;
+*-address*) scale=3 ;;
+*) scale=1 ;;
+esac
+export DKVFS_TEST_TIME_SCALE=${DKVFS_TEST_TIME_SCALE:-$scale}
 # Leaks inside Criterion's own runner are not ours (see the file).
 here=$(cd "$(dirname "$0")/.." && pwd)
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}

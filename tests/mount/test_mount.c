@@ -103,12 +103,25 @@ static void teardown(void)
 
 TestSuite(mount, .init = setup, .fini = teardown, .timeout = 150);
 
+/* How much slower than a plain build the daemons run: scripts/run-tests.sh
+ * sets DKVFS_TEST_TIME_SCALE for sanitizer builds (ThreadSanitizer ~10x).
+ * Operation timeouts of mounts that are not about timeouts scale with it, so
+ * a slow but healthy memory node is not taken for a dead one. */
+static int op_timeout_ms(int ms)
+{
+	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
+	int k = e ? atoi(e) : 1;
+
+	return k > 1 && k <= 100 ? ms * k : ms;
+}
+
 /* Mount (embedded memory node) with extra -o options; returns dkvfs's status. */
 static int up(const char *extra)
 {
-	return sh("%s/dkvfs -o data_dir=%s/data,memnode_size=512M,op_timeout=3000%s%s %s "
+	return sh("%s/dkvfs -o data_dir=%s/data,memnode_size=512M,op_timeout=%d%s%s %s "
 		  "2>>%s/dkvfs.log",
-		  B, T, extra && *extra ? "," : "", extra ? extra : "", MNT, T);
+		  B, T, op_timeout_ms(3000), extra && *extra ? "," : "", extra ? extra : "", MNT,
+		  T);
 }
 
 /* Unmount and wait until the daemon and its node released the data_dir. */
@@ -571,7 +584,9 @@ Test(mount, mount_dkvfs_helper)
 static void fill_until_enospc(void)
 {
 	cr_assert_eq(sh("%s/dkvfs -o data_dir=%s/data,memnode_size=160M,memtable_size=4M,"
-			"slab_size=4M %s 2>>%s/dkvfs.log", B, T, MNT, T), 0);
+			"slab_size=4M,op_timeout=%d %s 2>>%s/dkvfs.log",
+			B, T, op_timeout_ms(5000), MNT, T),
+		     0);
 	int i, rc = 0;
 	for (i = 0; i < 200 && rc == 0; i++)
 		rc = sh("head -c 4000000 /dev/urandom > %s/fill%d 2>/dev/null", MNT, i);
