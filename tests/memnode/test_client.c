@@ -543,3 +543,37 @@ Test(client, many_async_ops_in_flight)
 	mn_client_close(c);
 	mn_server_destroy(s);
 }
+
+/* A call that timed out may still have its argument READ by the node: the
+ * buffer must not come back from mn_buf_alloc (it would carry another
+ * request's bytes to the node). */
+Test(client, timed_out_call_keeps_its_argument_buffer, .timeout = 30)
+{
+	struct mn_server *s = mt_server(64 << 20, NULL);
+	struct net_fault f = { .delay_us = 200000 };
+	struct mn_client *c;
+	uint8_t req[8], *arg, *again;
+	int rc;
+
+	rc = mt_open(mn_server_addr(s), "vol1", true, NULL, 2000, &c);
+	cr_assert_eq(rc, 0, "open: %s", dkv_strerror(rc));
+	arg = mn_buf_alloc(c, 4096);
+	cr_assert_not_null(arg);
+	memset(arg, 0, 4096); /* one extent at offset 0: the node refuses it */
+	put_u32(req, 1);
+	put_u32(req + 4, 0);
+	/* Every frame of ours (the request, then the READ answer) waits 200 ms. */
+	cr_assert_eq(net_set_fault(mn_client_conn(c), &f), 0);
+	rc = mn_call_timeout(c, MN_OP_FREE_EXTENTS, req, sizeof(req), arg, MN_FREE_WIRE, NULL, 0,
+			     NULL, 1);
+	cr_assert_eq(rc, -ETIMEDOUT, "call: %s", dkv_strerror(rc));
+	mn_buf_free(c, arg);
+	again = mn_buf_alloc(c, 4096);
+	cr_assert_not_null(again);
+	cr_assert_neq(again, arg, "the argument of a timed-out call was handed out again");
+	mn_buf_free(c, again);
+	f.delay_us = 0;
+	net_set_fault(mn_client_conn(c), &f);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
