@@ -550,7 +550,9 @@ Test(client, many_async_ops_in_flight)
 Test(client, timed_out_call_keeps_its_argument_buffer, .timeout = 30)
 {
 	struct mn_server *s = mt_server(64 << 20, NULL);
-	struct net_fault f = { .delay_us = 200000 };
+	/* 1 s: far beyond any descheduling of this thread on a loaded box, so
+	 * the 1 ms call cannot see the node's answer before its deadline. */
+	struct net_fault f = { .delay_us = 1000000 };
 	struct mn_client *c;
 	uint8_t req[8], *arg, *again;
 	int rc;
@@ -562,7 +564,7 @@ Test(client, timed_out_call_keeps_its_argument_buffer, .timeout = 30)
 	memset(arg, 0, 4096); /* one extent at offset 0: the node refuses it */
 	put_u32(req, 1);
 	put_u32(req + 4, 0);
-	/* Every frame of ours (the request, then the READ answer) waits 200 ms. */
+	/* Every frame of ours (the request, then the READ answer) waits 1 s. */
 	cr_assert_eq(net_set_fault(mn_client_conn(c), &f), 0);
 	rc = mn_call_timeout(c, MN_OP_FREE_EXTENTS, req, sizeof(req), arg, MN_FREE_WIRE, NULL, 0,
 			     NULL, 1);
