@@ -14,6 +14,11 @@
  * manifest and installed together with dropping the memtable from the queue
  * (eng_install_edit); the WAL segments below the mark are released.
  *
+ * When the node's free space is too fragmented for one extent of the
+ * memtable's size, the memtable is written as several level-0 tables with
+ * disjoint user keys (flush_piece), installed by the same one edit: a full
+ * node must still flush the deletes that will free it.
+ *
  * On failure (node full, node gone) the extent is returned, the memtable
  * stays queued, the error is published in db->bg_error (stalled writers get
  * it) and the thread retries every FLUSH_RETRY_MS.
@@ -108,31 +113,59 @@ static int out_finish(struct flush_out *fo)
 	return r ? r : fo->err;
 }
 
-/* Build m's table into [off, off+cap).  0 fills meta and idx, or an error. */
-static int build_table(struct eng_db *db, struct eng_mem *m, struct flush_out *fo,
-		       struct sst_meta *meta, struct sst_index **idx)
+/* Bytes a table may need beyond its records: index (fingerprint, length and
+ * a share of a sparse key per record), filter, footer.  Generous on purpose:
+ * a piece cut by this budget must not overflow its extent. */
+static uint64_t tail_estimate(uint64_t nrec, uint64_t key_bytes)
+{
+	return nrec * 16 + key_bytes / 8 + (64u << 10);
+}
+
+/* Build one table into fo's extent from it's position on.  With cut set,
+ * stop before a record that would push the table past fo->cap, but only
+ * between two user keys: the versions of one key never span two level-0
+ * tables (the newer table would hide the newer version).  *more: records
+ * are left for another table.  0 fills meta and idx, or an error. */
+static int build_table(struct eng_db *db, struct dkv_iter *it, struct flush_out *fo, bool cut,
+		       struct sst_meta *meta, struct sst_index **idx, bool *more)
 {
 	struct sst_builder_opts bo = { 0 };
 	struct sst_builder *b = NULL;
-	struct dkv_iter *it = NULL;
+	uint64_t data = 0, nrec = 0, kbytes = 0;
+	uint8_t *prev = NULL;
+	size_t prev_len = 0;
 	int r;
 
+	*more = false;
 	bo.emit = out_emit;
 	bo.emit_ctx = fo;
 	bo.bits_per_key = db->o.bloom_bits_per_key;
 	r = sst_builder_create(&bo, &b);
 	if (r)
 		return r;
-	r = eng_mem_iter_create(m, &it);
-	if (r)
+	prev = malloc(ENG_KEY_MAX + IKEY_TRAILER_LEN);
+	if (!prev) {
+		r = -ENOMEM;
 		goto out;
-	for (r = dkv_iter_first(it); r == 0; r = dkv_iter_next(it)) {
+	}
+	for (r = dkv_iter_valid(it) ? 0 : 1; r == 0; r = dkv_iter_next(it)) {
 		size_t kl, vl;
 		const void *k = dkv_iter_key(it, &kl), *v = dkv_iter_value(it, &vl);
+		uint64_t rs = sst_record_size(kl, vl);
 
+		if (cut && nrec && ikey_ukey_cmp(k, kl, prev, prev_len) != 0 &&
+		    data + rs + tail_estimate(nrec + 1, kbytes + kl) > fo->cap) {
+			*more = true;
+			break;
+		}
 		r = sst_builder_add(b, k, kl, v, vl);
 		if (r)
 			break;
+		data += rs;
+		nrec++;
+		kbytes += kl;
+		prev_len = kl - IKEY_TRAILER_LEN;
+		memcpy(prev, k, prev_len);
 	}
 	if (r > 0)
 		r = 0;
@@ -147,34 +180,70 @@ static int build_table(struct eng_db *db, struct eng_mem *m, struct flush_out *f
 	if (r && !*idx)
 		sst_meta_release(meta);
 out:
-	dkv_iter_destroy(it);
+	free(prev);
 	sst_builder_destroy(b);
 	return r;
 }
 
-static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
+/* The tables one flush writes: normally one; several when the node's free
+ * space is too fragmented for one extent of the memtable's size (then each
+ * piece takes the largest extent that can still be had, halving down to
+ * FLUSH_PIECE_MIN).  A full node must still be able to flush the deletes
+ * that will free it. */
+#define FLUSH_PIECE_MIN (1u << 20)
+#define FLUSH_MAX_PIECES 64
+
+struct flush_piece {
+	uint64_t number, off, size;
+	struct eng_table *t;
+};
+
+static void pieces_release(struct eng_db *db, struct flush_piece *pc, int n)
 {
-	struct flush_out fo;
+	for (int i = 0; i < n; i++) {
+		if (pc[i].t) {
+			atomic_store(&pc[i].t->obsolete, false);
+			eng_table_unref(pc[i].t);
+		}
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_put(db, pc[i].off, pc[i].size);
+		pthread_mutex_unlock(&db->man_mu);
+	}
+}
+
+/* Write one piece starting at start (an internal key; NULL: the first
+ * record).  Tries an extent of est bytes, halving it while the node has no
+ * such run (then cutting the piece to fit), doubling it when a piece
+ * overflows its estimate.  On success the piece is synced and opened. */
+static int flush_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
+		       uint64_t est, uint8_t **bufs, struct flush_piece *pc, bool *more)
+{
 	struct sst_meta meta = { 0 };
 	struct sst_index *idx = NULL;
-	struct eng_table *t = NULL;
-	struct eng_edit e = { 0 };
-	uint64_t est, number, wal_min;
+	struct flush_out fo;
+	bool cut = false;
 	int r;
 
-	est = eng_mem_bytes(m) + eng_mem_entries(m) * 16 + (64u << 10);
 	for (;;) {
+		r = start ? dkv_iter_seek(it, start, slen) : dkv_iter_first(it);
+		if (r < 0)
+			return r;
 		memset(&fo, 0, sizeof(fo));
 		fo.db = db;
 		memcpy(fo.buf, bufs, sizeof(fo.buf));
 		pthread_mutex_lock(&db->man_mu);
 		r = eng_space_get(db, est, &fo.off);
-		number = db->next_number++;
+		while (r == -ENOSPC && est / 2 >= FLUSH_PIECE_MIN) {
+			est /= 2;
+			cut = true;
+			r = eng_space_get(db, est, &fo.off);
+		}
+		pc->number = db->next_number++;
 		pthread_mutex_unlock(&db->man_mu);
 		if (r)
 			return r;
 		fo.cap = est;
-		r = build_table(db, m, &fo, &meta, &idx);
+		r = build_table(db, it, &fo, cut, &meta, &idx, more);
 		if (r == 0)
 			break;
 		sst_index_destroy(idx);
@@ -190,52 +259,91 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	pthread_mutex_lock(&db->man_mu);
 	eng_alloc_shrink(db->alloc, fo.off, est, meta.size);
 	pthread_mutex_unlock(&db->man_mu);
-	/* The edit below makes WAL segments obsolete: on a file-backed node
-	 * the table must reach the file first (power loss). */
+	pc->off = fo.off;
+	pc->size = meta.size;
+	pc->t = NULL;
+	/* The edit that installs the piece makes WAL segments obsolete: on a
+	 * file-backed node the table must reach the file first (power loss). */
 	r = mn_sync(db->mc, fo.off, meta.size);
+	if (!r)
+		r = eng_table_adopt(db, pc->number, fo.off, meta.size, ENG_TABLE_SLAB, idx, &pc->t);
 	if (r) {
 		sst_index_destroy(idx);
-		goto out_space;
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_put(db, fo.off, meta.size);
+		pthread_mutex_unlock(&db->man_mu);
 	}
+	sst_meta_release(&meta);
+	return r;
+}
 
-	r = eng_table_adopt(db, number, fo.off, meta.size, ENG_TABLE_SLAB, idx, &t);
-	if (r) {
-		sst_index_destroy(idx);
-		goto out_space;
+static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
+{
+	struct flush_piece pc[FLUSH_MAX_PIECES];
+	struct eng_table *added[FLUSH_MAX_PIECES];
+	struct dkv_iter *it = NULL;
+	struct eng_edit e = { 0 };
+	uint8_t *start = NULL;
+	size_t slen = 0;
+	uint64_t est, bytes = 0, wal_min;
+	bool more = true;
+	int n = 0, r;
+
+	est = eng_mem_bytes(m) + eng_mem_entries(m) * 16 + (64u << 10);
+	r = eng_mem_iter_create(m, &it);
+	if (r)
+		return r;
+	start = malloc(ENG_KEY_MAX + IKEY_TRAILER_LEN);
+	if (!start) {
+		r = -ENOMEM;
+		goto out;
 	}
+	while (more) {
+		if (n == FLUSH_MAX_PIECES) {
+			r = -ENOSPC; /* the node's free space is in crumbs */
+			goto out;
+		}
+		r = flush_piece(db, it, n ? start : NULL, slen, est > bytes + FLUSH_PIECE_MIN ?
+				est - bytes : FLUSH_PIECE_MIN, bufs, &pc[n], &more);
+		if (r)
+			goto out;
+		bytes += pc[n].size;
+		added[n] = pc[n].t;
+		n++;
+		if (more) { /* the next piece starts at the record the cut stopped at */
+			const void *k = dkv_iter_key(it, &slen);
+
+			memcpy(start, k, slen);
+		}
+	}
+	if (n > 1)
+		dkv_info("flushed a memtable as %d tables: the memory node's free space is "
+			 "fragmented", n);
 	/* WAL low water mark: the first segment of the next memtable. */
 	pthread_mutex_lock(&db->mu);
 	wal_min = db->nimm > 1 ? eng_mem_wal_log_min(db->imm[1]) : eng_mem_wal_log_min(db->mem);
 	pthread_mutex_unlock(&db->mu);
 	e.has_wal_min = true;
 	e.wal_min = wal_min;
-	r = eng_edit_add_table(&e, 0, number, fo.off, meta.size, ENG_TABLE_SLAB);
+	for (int i = 0; i < n && !r; i++)
+		r = eng_edit_add_table(&e, 0, pc[i].number, pc[i].off, pc[i].size, ENG_TABLE_SLAB);
 	if (!r)
-		r = eng_install_edit(db, &e, &t, m);
+		r = eng_install_edit(db, &e, added, m);
 	eng_edit_release(&e);
-	if (r) {
-		/* Not logged (or not installed): free the handle; the space is
-		 * returned below unless the edit made it to the manifest, in
-		 * which case the next open finds the table. */
-		atomic_store(&t->obsolete, false);
-		eng_table_unref(t);
-		t = NULL;
-		goto out_space;
-	}
-	eng_table_unref(t); /* the version holds it now */
+	if (r)
+		goto out; /* not logged: handles freed, space returned below; if the
+			   * edit did reach the manifest, the next open finds it */
+	for (int i = 0; i < n; i++)
+		eng_table_unref(pc[i].t); /* the version holds them now */
+	n = 0;
 	eng_compaction_maybe_schedule(db);
 	atomic_fetch_add(&db->st_flushes, 1);
-	atomic_fetch_add(&db->st_flush_bytes, meta.size);
-	dkv_debug("flushed memtable: table %llu, %llu records, %llu bytes",
-		  (unsigned long long)number, (unsigned long long)meta.nrecords,
-		  (unsigned long long)meta.size);
-	sst_meta_release(&meta);
-	return 0;
-out_space:
-	pthread_mutex_lock(&db->man_mu);
-	eng_space_put(db, fo.off, meta.size);
-	pthread_mutex_unlock(&db->man_mu);
-	sst_meta_release(&meta);
+	atomic_fetch_add(&db->st_flush_bytes, bytes);
+	dkv_debug("flushed memtable: %llu bytes", (unsigned long long)bytes);
+out:
+	pieces_release(db, pc, n);
+	free(start);
+	dkv_iter_destroy(it);
 	return r;
 }
 
