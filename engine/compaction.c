@@ -595,6 +595,7 @@ static int run_memnode(struct eng_db *db, const struct pick *p, const struct chu
 	put_u32(req + 24, ch->lo ? (uint32_t)ch->lo_len : 0);
 	put_u32(req + 28, ch->hi ? (uint32_t)ch->hi_len : 0);
 	put_u32(req + 32, (ch->lo ? 1u : 0) | (ch->hi ? 2u : 0));
+	put_u64(req + 40, db->reserve); /* our room to flush: outputs leave it free */
 	q = arg;
 	for (size_t i = 0; i < p->n; i++) {
 		const struct eng_table *t = p->in[i];

@@ -119,8 +119,9 @@ void eng_space_check(struct eng_db *db)
 
 	if (db->read_only || mn_stats(db->mc, &st))
 		return;
-	free_bytes = (st.capacity > st.used ? st.capacity - st.used : 0) +
-		     eng_alloc_free_bytes(db->alloc);
+	/* Only the node's free space counts: free bytes inside our slabs are
+	 * scattered between live tables and cannot hold a flushed memtable. */
+	free_bytes = st.capacity > st.used ? st.capacity - st.used : 0;
 	atomic_store(&db->space_low, free_bytes < db->reserve);
 }
 
@@ -151,6 +152,11 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 		return r;
 	}
 	db->slabs[db->nslabs++] = slab;
+	/* Every new slab eats into the node's free space: look again now, not
+	 * at the next periodic check, or a fast writer runs through the
+	 * reserve kept for flushing (and a full node could then never flush
+	 * the deletes that would free it). */
+	eng_space_check(db);
 	return eng_alloc_get(db->alloc, len, off);
 }
 

@@ -270,6 +270,9 @@ struct job {
 	uint16_t flags;
 	int bits;
 	uint64_t target;
+	uint64_t keep_free; /* region bytes outputs must leave free (client flushes) */
+	uint64_t in_bytes;  /* sum of the inputs' lengths */
+	uint64_t out_bytes; /* allocated to outputs so far; under s->lock */
 	struct cin *in;
 	uint32_t nin;
 	uint64_t *snaps;
@@ -358,7 +361,18 @@ static int part_table_done(void *ctx, const uint8_t *p, size_t len, const struct
 
 	(void)idx;
 	pthread_mutex_lock(&s->lock);
-	r = mn_alloc(&s->rg, j->vol, MN_KIND_NODE, len, &off, &alen);
+	/* Outputs exist beside their inputs until the client installs them:
+	 * they must not take the room the client keeps to flush memtables, or
+	 * a full node could never flush the deletes that would free it.  A
+	 * merge whose output shrinks (deletes meeting their data) still fits. */
+	if (j->keep_free &&
+	    (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE < j->keep_free + len &&
+	    (j->out_bytes + len) * 8 > j->in_bytes)
+		r = -ENOSPC; /* only a merge that shrinks 8x may use the reserve */
+	else
+		r = mn_alloc(&s->rg, j->vol, MN_KIND_NODE, len, &off, &alen);
+	if (!r)
+		j->out_bytes += alen;
 	pthread_mutex_unlock(&s->lock);
 	if (r)
 		return r;
@@ -728,6 +742,7 @@ static int job_parse(struct job *j, const uint8_t *req, size_t len, const uint8_
 	nsn = get_u32(req + 8);
 	j->bits = (int32_t)get_u32(req + 12);
 	j->target = get_u64(req + 16);
+	j->keep_free = get_u64(req + 40);
 	lol = get_u32(req + 24);
 	hil = get_u32(req + 28);
 	f2 = get_u32(req + 32);
@@ -753,6 +768,7 @@ static int job_parse(struct job *j, const uint8_t *req, size_t len, const uint8_
 		c->len = get_u64(p + 8);
 		c->data_len = get_u64(p + 16);
 		c->level = get_u32(p + 24);
+		j->in_bytes += c->len;
 		if (c->len < SST_FOOTER_SIZE || c->data_len > c->len)
 			return -EINVAL;
 	}

@@ -24,7 +24,10 @@
  *   request body (MN_COMPACT_REQ bytes):
  *     u16 version | u16 flags (MN_COMPACT_BOTTOM) | u32 ninputs | u32 nsnaps |
  *     i32 bits_per_key | u64 target_table_bytes | u32 lo_len | u32 hi_len |
- *     u32 flags2 (bit 0: lo given, bit 1: hi given) | 20 reserved bytes
+ *     u32 flags2 (bit 0: lo given, bit 1: hi given) | u32 0 |
+ *     u64 keep_free (bytes of the region outputs must leave free: the
+ *     client's room to flush; only a job whose outputs stay under 1/8 of
+ *     its inputs may dip into it; 0 = none) | reserved bytes
  *   pulled argument (exactly):
  *     ninputs x { u64 off | u64 len | u64 data_len | u32 level | u32 0 } |
  *     nsnaps x u64 (ascending) | lo bytes | hi bytes
