@@ -47,10 +47,17 @@ for b in "${bins[@]}"; do
 	t=${t:-0} p=${p:-0}
 	f=$(( t - p ))
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed or timed out outside a test
+	# ThreadSanitizer and UBSan report and go on: a report fails the binary
+	# even when every test passed.
+	san=$(grep -a -m1 -E '^WARNING: ThreadSanitizer|runtime error: |^SUMMARY: [A-Za-z]*Sanitizer' "$log")
+	if [ -n "$san" ] && [ "$f" -eq 0 ]; then f=1; fi
 	passed=$((passed + p)) failed=$((failed + f))
 	if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
 		bad+=("$name")
 		echo "FAIL $name (rc=$rc, ${secs}s)"; grep -a -v '^\[----\] *$' "$log" | tail -n 60
+		if [ -n "$san" ] && [ "$(grep -a -c '' "$log")" -gt 60 ]; then
+			echo "-- first sanitizer report:"; grep -a -m1 -A40 -F "$san" "$log"
+		fi
 	else
 		echo "ok   $name: $p tests (${secs}s)"
 	fi
