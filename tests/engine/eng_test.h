@@ -22,6 +22,17 @@
 #include "engine/eng.h"
 #include "memnode/mn_server.h"
 
+/* Factor for timeouts that are not what a test is about: the runner sets
+ * DKVFS_TEST_TIME_SCALE for sanitizer builds (ThreadSanitizer ~10x slower),
+ * so a slow but live memory node is not taken for a dead one. */
+static inline int test_time_scale(void)
+{
+	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
+	int k = e ? atoi(e) : 1;
+
+	return k > 1 && k <= 100 ? k : 1;
+}
+
 struct tnode {
 	pid_t pid;
 	struct mn_server *srv; /* in-process node */
@@ -138,7 +149,7 @@ static inline void topts(struct eng_options *o, const struct tnode *n)
 	o->memtable_size = 64u << 10;
 	o->slab_size = 4u << 20;
 	o->max_immutables = 2;
-	o->op_timeout_ms = 3000;
+	o->op_timeout_ms = 3000 * test_time_scale();
 }
 
 /* Deterministic key for index i: unique fixed-width prefix (order = i) plus a

@@ -1,6 +1,7 @@
 /* tests/engine/test_memtable.c — the memtable skiplist and its iterator,
  * checked against a sorted array of the same internal keys. */
 #include <criterion/criterion.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -106,15 +107,15 @@ Test(memtable, iterator_both_directions)
 
 struct rd {
 	struct eng_mem *m;
-	volatile int stop;
-	int bad;
+	atomic_int stop;
+	atomic_int bad;
 };
 
 static void *reader(void *arg)
 {
 	struct rd *r = arg;
 
-	while (!r->stop) {
+	while (!atomic_load(&r->stop)) {
 		struct dkv_iter *it;
 		uint8_t prev[64];
 		size_t pl = 0;
@@ -126,7 +127,7 @@ static void *reader(void *arg)
 			const void *k = dkv_iter_key(it, &kl);
 
 			if (pl && ikey_cmp(prev, pl, k, kl) >= 0)
-				r->bad++;
+				atomic_fetch_add(&r->bad, 1);
 			memcpy(prev, k, kl);
 			pl = kl;
 		}
@@ -137,7 +138,7 @@ static void *reader(void *arg)
 
 Test(memtable, readers_during_inserts)
 {
-	struct rd r = { eng_mem_create(1), 0, 0 };
+	struct rd r = { .m = eng_mem_create(1) };
 	pthread_t t[2];
 
 	for (int i = 0; i < 2; i++)
@@ -148,10 +149,10 @@ Test(memtable, readers_during_inserts)
 
 		cr_assert_eq(eng_mem_add(r.m, i + 1, IKEY_VALUE, k, (size_t)n, "x", 1), 0);
 	}
-	r.stop = 1;
+	atomic_store(&r.stop, 1);
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
-	cr_assert_eq(r.bad, 0);
+	cr_assert_eq(atomic_load(&r.bad), 0);
 	cr_assert_eq(eng_mem_entries(r.m), 20000);
 	eng_mem_unref(r.m);
 }
