@@ -888,9 +888,11 @@ static int compact_once(struct eng_db *db, bool manual)
 	r = run_pick(db, &p);
 	pick_release(&p);
 	/* Inputs nobody else reaches went pending with the last unref above:
-	 * give them back now (node extents: one batched request). */
+	 * give them back now (node extents: one batched request), and return
+	 * the slabs that emptied to the node (the install's own trim ran
+	 * before the inputs were freed). */
 	pthread_mutex_lock(&db->man_mu);
-	eng_space_drain(db);
+	eng_space_trim(db);
 	pthread_mutex_unlock(&db->man_mu);
 	return r ? r : 1;
 }
