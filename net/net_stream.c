@@ -267,6 +267,7 @@ struct ns_txe {
 	uint8_t inl[NS_CTRL_MAX]; /* payload of control frames (data points here) */
 	int pass_fd;		  /* -1 or an fd to send with SCM_RIGHTS */
 	bool heap;		  /* free after sending */
+	atomic_bool sent;	  /* whole frame handed to the kernel (release) */
 };
 
 struct ns_slot {
@@ -870,6 +871,7 @@ static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, i
 		if (r == 0)
 			return -ETIMEDOUT;
 	}
+	atomic_store_explicit(&e->sent, true, memory_order_release);
 	return 0;
 }
 
@@ -1554,8 +1556,23 @@ static int rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr 
 
 /* Complete s with the status the peer answered; an error breaks the
  * connection.  Called with mu held, returns with it released. */
+/* The peer answered the frame of s, so the kernel had copied all of it; but
+ * the thread that sent it may not have got back from sendmsg yet.  Wait for
+ * it (briefly) so that "sendmsg done reading the payload" happens-before the
+ * completion the poster sees: only then may it free or reuse the buffer.
+ * (The order through the socket is real but invisible to the memory model
+ * and to ThreadSanitizer.)  Bounded: a peer that answers a frame we never
+ * finished sending is broken, and the WR fails anyway. */
+static void wait_sent(struct ns_txe *e)
+{
+	for (int i = 0; i < 100000 && !atomic_load_explicit(&e->sent, memory_order_acquire); i++)
+		sched_yield();
+}
+
 static int answer_complete(struct ns_conn *c, struct ns_slot *s, int status)
 {
+	if (!status)
+		wait_sent(&s->txe);
 	if (status)
 		slot_fail_and_break(c, s, status);
 	else
@@ -2407,6 +2424,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	s->txe.dlen = (wr->op == NET_WR_READ || lr == 0) ? 0 : wr->len;
 	s->txe.pass_fd = -1;
 	s->txe.heap = false;
+	atomic_store_explicit(&s->txe.sent, false, memory_order_relaxed);
 	tx_submit(c, &s->txe, TX_NOBLOCK);
 out:
 	if (drop)
