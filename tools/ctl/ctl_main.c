@@ -58,6 +58,33 @@ static int ctl_connect(const struct ctl *x, struct mn_client **out)
 	return rc;
 }
 
+/* One admin request to the node: *rep (malloc'ed, NUL-terminated after *rl
+ * bytes) on success.  Prints the error and returns non-zero otherwise. */
+static int ctl_node_call(const struct ctl *x, uint16_t op, const char *what, char **rep,
+			 size_t *rl)
+{
+	struct mn_client *c;
+	int rc;
+
+	*rep = NULL;
+	*rl = 0;
+	if (ctl_connect(x, &c))
+		return 1;
+	*rep = malloc(RPC_REPLY_MAX + 1);
+	rc = *rep ? mn_call(c, op, NULL, 0, NULL, 0, *rep, RPC_REPLY_MAX, rl) : -ENOMEM;
+	mn_client_close(c);
+	if (!rc && *rl > RPC_REPLY_MAX)
+		rc = -EBADMSG;
+	if (rc) {
+		fprintf(stderr, "dkvfs-ctl: %s: %s\n", what, dkv_strerror(rc));
+		free(*rep);
+		*rep = NULL;
+		return 1;
+	}
+	(*rep)[*rl] = 0;
+	return 0;
+}
+
 /* stats MOUNTPOINT: a mount publishes its live counters in the read-only
  * file MOUNTPOINT/.dkvfs/stats (docs/fs.md); print it. */
 static int mount_stats(const char *mnt)
@@ -91,63 +118,38 @@ static int cmd_stats(const struct ctl *x, int argc, char **argv)
 		"requests", "bytes_in", "bytes_out", "compactions", "compaction_bytes_read",
 		"compaction_bytes_written",
 	};
-	struct mn_client *c;
-	uint8_t *rep;
-	size_t rl = 0;
-	int rc;
+	_Static_assert(sizeof(names) / sizeof(names[0]) * 8 <= MN_STATS_FIXED,
+		       "every named counter is in the fixed part of the reply");
+	char *rep;
+	size_t rl;
 
 	if (argc > 1)
 		return mount_stats(argv[1]);
-	rc = ctl_connect(x, &c);
-	if (rc)
+	if (ctl_node_call(x, MN_OP_STATS, "stats", &rep, &rl))
 		return 1;
-	rep = malloc(RPC_REPLY_MAX + 1);
-	if (!rep) {
-		mn_client_close(c);
+	if (rl < MN_STATS_FIXED) {
+		fprintf(stderr, "dkvfs-ctl: stats: %s\n", dkv_strerror(-EBADMSG));
+		free(rep);
 		return 1;
 	}
-	rc = mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, rep, RPC_REPLY_MAX, &rl);
-	if (!rc && (rl < MN_STATS_FIXED || rl > RPC_REPLY_MAX))
-		rc = -EBADMSG;
-	if (rc) {
-		fprintf(stderr, "dkvfs-ctl: stats: %s\n", dkv_strerror(rc));
-	} else {
-		printf("memnode: %s\n", x->memnode);
-		for (int i = 0; i < 12; i++)
-			printf("%s: %llu\n", names[i], (unsigned long long)get_u64(rep + 8 * i));
-		rep[rl] = 0;
-		fputs((char *)rep + MN_STATS_FIXED, stdout);
-	}
+	printf("memnode: %s\n", x->memnode);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		printf("%s: %llu\n", names[i], (unsigned long long)get_u64(rep + 8 * i));
+	fputs(rep + MN_STATS_FIXED, stdout);
 	free(rep);
-	mn_client_close(c);
-	return rc ? 1 : 0;
+	return 0;
 }
 
 static int cmd_volumes(const struct ctl *x, int argc, char **argv)
 {
-	struct mn_client *c;
 	char *rep;
-	size_t rl = 0;
-	int rc;
+	size_t rl;
 
-	rc = ctl_connect(x, &c);
-	if (rc)
+	if (ctl_node_call(x, MN_OP_VOLUMES, "volumes", &rep, &rl))
 		return 1;
-	rep = malloc(RPC_REPLY_MAX + 1);
-	if (!rep) {
-		mn_client_close(c);
-		return 1;
-	}
-	rc = mn_call(c, MN_OP_VOLUMES, NULL, 0, NULL, 0, rep, RPC_REPLY_MAX, &rl);
-	if (rc) {
-		fprintf(stderr, "dkvfs-ctl: volumes: %s\n", dkv_strerror(rc));
-	} else {
-		rep[rl < RPC_REPLY_MAX ? rl : RPC_REPLY_MAX] = 0;
-		fputs(rep, stdout);
-	}
+	fputs(rep, stdout);
 	free(rep);
-	mn_client_close(c);
-	return rc ? 1 : 0;
+	return 0;
 }
 
 /* Open the volume as its writer (so it must not be mounted), compact every
