@@ -790,6 +790,14 @@ Test(mount, external_node_one_writer_per_volume)
 	/* another volume on the same node is independent */
 	cr_assert_eq(sh("%s/dkvfs -o memnode=unix:%s,volume=other %s/m3", B, sock, T), 0);
 	cr_assert_eq(sh("echo one > %s/f && test ! -e %s/m3/f", MNT, T), 0);
+	/* dkvfs-ctl sees both volumes, the node's real capacity, and a mount's counters */
+	cr_assert_eq(sh("test \"$(%s/dkvfs-ctl --memnode=unix:%s volumes | cut -d' ' -f1 | sort | tr '\\n' ' ')\" "
+			"= 'default other '", B, sock), 0, "dkvfs-ctl volumes");
+	cr_assert_eq(sh("%s/dkvfs-ctl --memnode=unix:%s stats | grep -qx 'capacity: 268435456'", B,
+			sock), 0, "dkvfs-ctl stats");
+	cr_assert_eq(sh("%s/dkvfs-ctl stats %s | grep -q '^puts: [1-9]'", B, MNT), 0,
+		     "dkvfs-ctl stats MOUNTPOINT");
+	cr_assert_neq(sh("%s/dkvfs-ctl stats %s 2>/dev/null", B, T), 0, "stats of a non-mount");
 	cr_assert_eq(sh("fusermount3 -u %s/m3", T), 0);
 	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
 }
