@@ -16,12 +16,6 @@ case "$BUILD" in
 *) scale=1 ;;
 esac
 export DKVFS_TEST_TIME_SCALE=${DKVFS_TEST_TIME_SCALE:-$scale}
-# ASan checks a sendmsg's buffers after the call returned; by then the peer
-# may have acknowledged the bytes and the owner freed the buffer (a net-tx
-# helper thread sending while another thread reaps the completion): reported
-# as heap-use-after-free though the kernel copied the bytes in time.  User
-# options given in ASAN_OPTIONS still win.
-export ASAN_OPTIONS="intercept_send=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 # Leaks inside Criterion's own runner are not ours (see the file).
 here=$(cd "$(dirname "$0")/.." && pwd)
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}
