@@ -289,7 +289,8 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	bool more = true;
 	int n = 0, r;
 
-	est = eng_mem_bytes(m) + eng_mem_entries(m) * 16 + (64u << 10);
+	/* The memtable's bytes bound its records' (keys included): add the tail. */
+	est = eng_mem_bytes(m) + tail_estimate(eng_mem_entries(m), 0);
 	r = eng_mem_iter_create(m, &it);
 	if (r)
 		return r;
