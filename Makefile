@@ -20,6 +20,9 @@ DEPS     ?= 1
 MNT      ?= $(HOME)/dkvfs
 TESTS    ?=
 
+# The library rules generated below come first in the file: name the goal.
+.DEFAULT_GOAL := all
+
 PKGS        := fuse3 libibverbs librdmacm criterion
 PKG_CFLAGS   = $(shell pkg-config --cflags fuse3 2>/dev/null)
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla \
