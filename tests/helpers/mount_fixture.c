@@ -1,0 +1,115 @@
+/* tests/helpers/mount_fixture.c — see mount_fixture.h. */
+#include "tests/helpers/mount_fixture.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char T[PATH_MAX];
+char B[PATH_MAX];
+char MNT[PATH_MAX + 8];
+pid_t extra_node;
+
+/* Run a shell command built like printf; returns its exit status. */
+int sh(const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Output of a shell command (first cap-1 bytes), trailing newline removed. */
+char *sh_out(char *buf, size_t cap, const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	FILE *p = popen(cmd, "r");
+	size_t n = p ? fread(buf, 1, cap - 1, p) : 0;
+	if (p)
+		pclose(p);
+	buf[n] = 0;
+	while (n && buf[n - 1] == '\n')
+		buf[--n] = 0;
+	return buf;
+}
+
+pid_t daemon_pid(void)
+{
+	char buf[64];
+	sh_out(buf, sizeof(buf), "cat %s/data/lock 2>/dev/null", T);
+	return (pid_t)atoi(buf);
+}
+
+void mt_setup(void)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	cr_assert_gt(n, 0);
+	exe[n] = 0;
+	for (int i = 0; i < 3; i++) /* BUILD/tests/mount/test_mount */
+		*strrchr(exe, '/') = 0;
+	snprintf(B, sizeof(B), "%s", exe);
+	snprintf(T, sizeof(T), "/tmp/dkvfs-mt.XXXXXX");
+	cr_assert_not_null(mkdtemp(T));
+	snprintf(MNT, sizeof(MNT), "%s/mnt", T);
+	cr_assert_eq(sh("mkdir -p %s/mnt %s/data %s/src", T, T, T), 0);
+	extra_node = 0;
+}
+
+void mt_teardown(void)
+{
+	pid_t pid = daemon_pid();
+	sh("fusermount3 -u -z %s 2>/dev/null", MNT);
+	/* and anything else a test mounted below T */
+	sh("awk '$2 ~ \"^%s/\" {print $2}' /proc/mounts | xargs -r -n1 fusermount3 -u -z 2>/dev/null", T);
+	if (pid > 0)
+		kill(pid, SIGKILL);
+	if (extra_node > 0) {
+		kill(extra_node, SIGKILL);
+		waitpid(extra_node, NULL, 0);
+	}
+	/* the embedded node dies with its daemon (PDEATHSIG); wait for the lock */
+	sh("timeout 20 flock %s/data/lock true 2>/dev/null", T);
+	sh("rm -rf %s", T);
+}
+
+/* How much slower than a plain build the daemons run: scripts/run-tests.sh
+ * sets DKVFS_TEST_TIME_SCALE for sanitizer builds (ThreadSanitizer ~10x).
+ * Operation timeouts of mounts that are not about timeouts scale with it, so
+ * a slow but healthy memory node is not taken for a dead one. */
+int op_timeout_ms(int ms)
+{
+	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
+	int k = e ? atoi(e) : 1;
+
+	return k > 1 && k <= 100 ? ms * k : ms;
+}
+
+/* Mount (embedded memory node) with extra -o options; returns dkvfs's status. */
+int up(const char *extra)
+{
+	return sh("%s/dkvfs -o data_dir=%s/data,memnode_size=512M,op_timeout=%d%s%s %s "
+		  "2>>%s/dkvfs.log",
+		  B, T, op_timeout_ms(3000), extra && *extra ? "," : "", extra ? extra : "", MNT,
+		  T);
+}
+
+/* Unmount and wait until the daemon and its node released the data_dir. */
+void down(void)
+{
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0, "unmount failed");
+	cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0, "daemon did not exit");
+}
+
