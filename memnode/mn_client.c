@@ -824,7 +824,8 @@ int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n)
 	return rc;
 }
 
-int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n)
+/* One FREE_EXTENTS or DISCARD call for n (offset, length) entries. */
+static int extents_call(struct mn_client *c, int op, const struct mn_extent *ex, size_t n)
 {
 	size_t body = (size_t)n * MN_FREE_WIRE;
 	bool inline_ = 8 + body <= RPC_REQ_MAX - RPC_REQ_HDR;
@@ -845,10 +846,22 @@ int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n)
 		put_u64(buf + 16 + i * MN_FREE_WIRE, ex[i].len);
 	}
 	if (inline_)
-		rc = mn_call(c, MN_OP_FREE_EXTENTS, buf, 8 + body, NULL, 0, NULL, 0, NULL);
+		rc = mn_call(c, op, buf, 8 + body, NULL, 0, NULL, 0, NULL);
 	else
-		rc = mn_call(c, MN_OP_FREE_EXTENTS, buf, 8, buf + 8, body, NULL, 0, NULL);
+		rc = mn_call(c, op, buf, 8, buf + 8, body, NULL, 0, NULL);
 	free(buf);
+	return rc;
+}
+
+int mn_discard(struct mn_client *c, const struct mn_extent *ex, size_t n)
+{
+	return extents_call(c, MN_OP_DISCARD, ex, n);
+}
+
+int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n)
+{
+	int rc = extents_call(c, MN_OP_FREE_EXTENTS, ex, n);
+
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < n; i++)
 		ext_del(c, ex[i].off);

@@ -88,6 +88,12 @@ int mn_free_slab(struct mn_client *c, uint64_t off);
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n);
 /* Free node-allocated extents (compaction outputs) in one batched request. */
 int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n);
+/* Return ranges the compute node freed inside its own slabs to the OS (the
+ * node punches them out of its memory and backing file, aligned inwards to
+ * 4 KiB; they read as zeros afterwards).  One batched request; call it
+ * BEFORE reusing the ranges, or the discard could zero new data.  -EPERM if
+ * a range is not in this volume's slabs. */
+int mn_discard(struct mn_client *c, const struct mn_extent *ex, size_t n);
 
 /* ---- root ---- */
 int mn_root_get(struct mn_client *c, void *buf, size_t cap, size_t *len); /* len 0: never set */

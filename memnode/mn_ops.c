@@ -218,27 +218,32 @@ static void op_grant(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	rpc_reply(call, 0, rep, sizeof(rep));
 }
 
-static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
-			    const uint8_t *req, size_t len)
+/* The (offset, length) entries of a FREE_EXTENTS or DISCARD request: u32
+ * count, u32 0, then the entries inline, or pulled as the argument when the
+ * batch is large.  NULL when the request does not add up. */
+static const uint8_t *extent_entries(struct rpc_call *call, const uint8_t *req, size_t len,
+				     uint32_t *n)
 {
 	size_t alen = 0;
 	const uint8_t *arg = rpc_call_arg(call, &alen);
-	const uint8_t *ents;
-	uint32_t n;
-	int rc = 0;
 
 	if (len < 8)
+		return NULL;
+	*n = get_u32(req);
+	if (arg)
+		return alen == (size_t)*n * MN_FREE_WIRE ? arg : NULL;
+	return len == 8 + (size_t)*n * MN_FREE_WIRE ? req + 8 : NULL;
+}
+
+static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+			    const uint8_t *req, size_t len)
+{
+	uint32_t n = 0;
+	const uint8_t *ents = extent_entries(call, req, len, &n);
+	int rc = 0;
+
+	if (!ents)
 		return reply_err(call, -EINVAL);
-	n = get_u32(req);
-	if (arg) { /* large batches come as a pulled argument */
-		ents = arg;
-		if (alen != (size_t)n * MN_FREE_WIRE)
-			return reply_err(call, -EINVAL);
-	} else {
-		ents = req + 8;
-		if (len != 8 + (size_t)n * MN_FREE_WIRE)
-			return reply_err(call, -EINVAL);
-	}
 	pthread_mutex_lock(&s->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t off = get_u64(ents + (size_t)i * MN_FREE_WIRE);
@@ -254,6 +259,30 @@ static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_
 		if (!r)
 			mn_revoke_all(s, mc->vol, off);
 		else if (!rc)
+			rc = r;
+	}
+	pthread_mutex_unlock(&s->lock);
+	reply_err(call, rc);
+}
+
+/* Return freed ranges inside the writer's slabs to the OS (the compute
+ * node calls it before it reuses them).  The first error is reported;
+ * every valid range is discarded. */
+static void op_discard(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		       const uint8_t *req, size_t len)
+{
+	uint32_t n = 0;
+	const uint8_t *ents = extent_entries(call, req, len, &n);
+	int rc = 0;
+
+	if (!ents)
+		return reply_err(call, -EINVAL);
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		int r = mn_region_discard(&s->rg, mc->vol, get_u64(ents + (size_t)i * MN_FREE_WIRE),
+					  get_u64(ents + (size_t)i * MN_FREE_WIRE + 8));
+
+		if (r && !rc)
 			rc = r;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -452,6 +481,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_CLOSE] = { "close", I, op_close },
 	[MN_OP_ECHO] = { "echo", I, op_echo },
 	[MN_OP_GRANT] = { "grant", V | I, op_grant },
+	[MN_OP_DISCARD] = { "discard", V | W | I, op_discard },
 	[MN_OP_COMPACT] = { "compact", V | W, mn_op_compact }, /* memnode/mn_compact.c */
 };
 #undef V

@@ -44,6 +44,7 @@ enum mn_op {
 	MN_OP_ECHO,          /* tests: echo the body, report the argument */
 	MN_OP_COMPACT,       /* near-data compaction (memnode/mn_compact.c) */
 	MN_OP_GRANT,         /* the run holding an offset, with this conn's rkey */
+	MN_OP_DISCARD,       /* writer: return freed ranges of its slabs to the OS */
 	MN_OP_MAX = 64,      /* dispatch table size */
 };
 

@@ -17,6 +17,7 @@
 #include "common/crc32c.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 
 #define SB_SIZE        64
 #define VOL_MAGIC      0x564c4b44u /* "DKLV" */
@@ -231,6 +232,56 @@ static void map_rebuild(struct mn_region *r)
 			 dropped);
 }
 
+/* Give pages [p, p+n) back to the OS: the shared mapping drops them and
+ * the backing file (or memfd) gets a hole, so the node's RSS and the file's
+ * allocated blocks follow live data.  Runs before the pages can be handed
+ * out again (the caller still owns them, or they are free under the same
+ * lock as mn_alloc), so a discard never zeroes new data.  Failure only
+ * costs memory: logged, rate-limited. */
+static int discard_range(struct mn_region *r, uint64_t off, uint64_t len)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+
+	if (!len)
+		return 0;
+	if (madvise(r->base + off, len, MADV_REMOVE) == 0 ||
+	    fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		      (off_t)len) == 0) {
+		r->discarded_bytes += len;
+		return 0;
+	}
+	dkv_log_rl(&rl, DKV_LOG_WARN,
+		   "region: could not return freed memory to the OS (%s); it is reused, "
+		   "but the backing file keeps its size on disk",
+		   strerror(errno));
+	return -errno;
+}
+
+static void discard_pages(struct mn_region *r, uint32_t p, uint32_t n)
+{
+	discard_range(r, (uint64_t)p * MN_PAGE_SIZE, (uint64_t)n * MN_PAGE_SIZE);
+}
+
+/* Every free run of the map: after a restart the file may still hold
+ * pages freed before (or freed by a node that could not discard). */
+static void discard_free_runs(struct mn_region *r)
+{
+	uint32_t p = 1;
+
+	while (p < r->npages) {
+		uint32_t q = p;
+
+		if (r->owner[p]) {
+			p += r->run[p] ? r->run[p] : 1;
+			continue;
+		}
+		while (q < r->npages && !r->owner[q])
+			q++;
+		discard_pages(r, p, q - p);
+		p = q;
+	}
+}
+
 static int mirror_alloc(struct mn_region *r)
 {
 	r->owner = calloc(r->npages, sizeof(*r->owner));
@@ -315,6 +366,8 @@ int mn_region_open(struct mn_region *r, const char *backing, uint64_t size)
 	/* Page 0 is the header: owned by nobody, never granted. */
 	r->owner[0] = UINT32_MAX;
 	r->used_pages++;
+	if (!fresh)
+		discard_free_runs(r);
 	return 0;
 
 out_close:
@@ -444,12 +497,28 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 		vo->used_node -= bytes;
 	}
 	r->used_pages -= n;
+	discard_pages(r, p, n);
 	for (uint32_t i = p; i < p + n; i++) {
 		r->owner[i] = 0;
 		r->kind[i] = 0;
 		r->run[i] = 0;
 	}
 	return 0;
+}
+
+int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len)
+{
+	uint64_t start, end;
+
+	if (v < 0 || v >= MN_MAX_VOLUMES || !r->vols[v].in_use || !len || off >= r->size ||
+	    len > r->size - off)
+		return -EINVAL;
+	for (uint64_t p = off / MN_PAGE_SIZE; p <= (off + len - 1) / MN_PAGE_SIZE; p++)
+		if (r->owner[p] != r->vols[v].id || r->kind[p] != MN_KIND_SLAB)
+			return -EPERM;
+	start = (off + MN_OS_PAGE - 1) & ~(uint64_t)(MN_OS_PAGE - 1);
+	end = (off + len) & ~(uint64_t)(MN_OS_PAGE - 1);
+	return end > start ? discard_range(r, start, end - start) : 0;
 }
 
 int mn_next_run(const struct mn_region *r, int v, uint32_t *cursor, uint64_t *off,

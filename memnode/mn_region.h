@@ -64,6 +64,7 @@ struct mn_region {
 	uint8_t *kind;
 	uint32_t *run;
 	uint64_t used_pages, slab_pages, node_pages;
+	uint64_t discarded_bytes; /* freed pages returned to the OS so far */
 	struct mn_vol vols[MN_MAX_VOLUMES];
 };
 
@@ -86,8 +87,16 @@ bool mn_vol_name_ok(const char *name, size_t len);
  * offset in *off.  -ENOSPC when no run is free, -EINVAL. */
 int mn_alloc(struct mn_region *r, int v, enum mn_kind kind, uint64_t len, uint64_t *off,
 	     uint64_t *alen);
+/* Return the pages inside [off, off+len) (aligned inwards to MN_OS_PAGE) to
+ * the OS: they read as zeros afterwards.  The whole range must lie in slabs
+ * of volume index v (the compute node carves slabs and discards what it
+ * freed in them before reusing it).  0, -EINVAL (range), -EPERM (not v's
+ * slab space), or -errno of madvise/fallocate. */
+#define MN_OS_PAGE 4096u
+int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len);
 /* Free the run starting at off if it is volume v's and of kind; -ENOENT if
- * no such run, -EPERM if it is not v's or of another kind. */
+ * no such run, -EPERM if it is not v's or of another kind.  Its pages go
+ * back to the OS before they can be allocated again. */
 int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
 /* The run starting at or after page *cursor that belongs to v: 0 and the run
  * (cursor advanced past it), or 1 at the end. */
