@@ -52,6 +52,9 @@
 #define COMP_CHUNK_MAX (64ull << 20)  /* input bytes per request */
 #define COMP_OUT_MAX 256              /* expected outputs per request */
 #define COMP_L0_MAX (256ull << 20)    /* L0 input bytes per compaction */
+#define TIDY_MS 1000                  /* idle tick of the compaction thread */
+#define TOMB_PCT 20                   /* deletion-triggered: % of records */
+#define TOMB_MIN 4096                 /* ... or this many tombstones */
 #define COMP_REPLY_TIMEOUT_MS(db) (12 * ((db)->o.op_timeout_ms > 0 ? (db)->o.op_timeout_ms : 5000))
 #define PACE_SLOW_US 1000
 #define PACE_WAIT_MS 100
@@ -144,6 +147,7 @@ struct pick {
 	size_t na, n;
 	bool bottom;
 	bool move;              /* trivial move of in[0] */
+	bool tombstones;        /* deletion-triggered (pick_tombstones) */
 	uint64_t bytes;
 };
 
@@ -272,6 +276,56 @@ static int pick_l0(const struct eng_version *v, struct pick *p)
 	return r;
 }
 
+/* Deletion-triggered pick (RocksDB's idea), when no level is over its
+ * target: a table whose records are at least TOMB_PCT % tombstones (or
+ * that holds TOMB_MIN of them) is merged into the next level, where the
+ * tombstones drop the values they hide; step by step they reach the level
+ * that holds the data, and the bottommost merge drops the tombstones too.
+ * Level 0 goes as pick_l0 takes it (oldest first).  A lone table with
+ * nothing below it just moves down, except at the bottom, where it is
+ * rewritten without its tombstones.  While a snapshot is live a bottom
+ * merge may keep them, so none is picked then (no endless rewrites).
+ * Caller holds db->mu.  1 with *p filled, 0 nothing to do. */
+static bool tomb_dense(const struct eng_table *t)
+{
+	const struct sst_meta *m = &t->meta;
+
+	return m->ndeletions &&
+	       (m->ndeletions >= TOMB_MIN || m->ndeletions * 100 >= m->nrecords * TOMB_PCT);
+}
+
+static int pick_tombstones(struct eng_db *db, struct pick *p)
+{
+	const struct eng_version *v = db->current;
+	bool snaps = db->snaps.next != &db->snaps;
+
+	for (int l = 0; l < ENG_LEVELS - 1; l++) {
+		for (size_t i = 0; i < v->nfiles[l]; i++) {
+			struct eng_table *t = v->files[l][i];
+			int r;
+
+			if (!tomb_dense(t))
+				continue;
+			r = l == 0 ? pick_l0(v, p) : pick_push(p, t);
+			if (!r)
+				r = pick_finish(db, v, p, l);
+			if (r) {
+				pick_release(p);
+				return r;
+			}
+			if (p->bottom && snaps) {
+				pick_release(p);
+				break; /* this level waits; a deeper one may not */
+			}
+			if (p->bottom)
+				p->move = false; /* rewrite: the tombstones go */
+			p->tombstones = true;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* Automatic pick.  Caller holds db->mu.  1 with *p filled, 0 nothing to do. */
 static int pick_auto(struct eng_db *db, struct pick *p)
 {
@@ -290,7 +344,7 @@ static int pick_auto(struct eng_db *db, struct pick *p)
 		}
 	}
 	if (best < 1.0)
-		return 0;
+		return pick_tombstones(db, p);
 	if (lvl == 0) {
 		r = pick_l0(v, p);
 	} else {
@@ -868,6 +922,8 @@ done:
 			  p->level, p->out, p->na, p->n - p->na, nch, (unsigned long long)p->bytes,
 			  (unsigned long long)out_bytes, p->bottom ? ", bottommost" : "",
 			  p->move ? ", moved" : "", (unsigned long long)(eng_now_us() - t0));
+		if (p->tombstones)
+			atomic_fetch_add(&db->st_tomb_compactions, 1);
 	}
 	return r;
 }
@@ -910,7 +966,19 @@ static void *comp_main(void *arg)
 		bool is_manual = manual > c->manual_done;
 
 		if (!is_manual && !c->work) {
-			pthread_cond_wait(&c->cv, &c->mu);
+			struct timespec ts;
+
+			/* Idle: every TIDY_MS look for deletes to push down
+			 * (a flush of a delete-holding memtable, then a
+			 * deletion-triggered pick), so space comes back with
+			 * no further writes. */
+			eng_deadline_in(&ts, TIDY_MS);
+			if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && !c->stop) {
+				pthread_mutex_unlock(&c->mu);
+				eng_flush_deletes(db);
+				pthread_mutex_lock(&c->mu);
+				c->work = true;
+			}
 			continue;
 		}
 		c->work = false;

@@ -36,6 +36,7 @@
 #include "common/err.h"
 #include "common/ikey.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 #include "engine/compaction_int.h"
 #include "engine/eng_int.h"
 
@@ -84,6 +85,35 @@ void eng_options_init(struct eng_options *o)
 
 /* ---------------------------------------------------------------- space */
 
+/* Ranges freed inside our slabs smaller than this stay resident (the
+ * discard would round them away, or cost more than it returns). */
+#define ENG_DISCARD_MIN (64u << 10)
+
+void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	struct mn_extent *big = NULL;
+	size_t nb = 0;
+	int r;
+
+	for (size_t i = 0; i < n; i++) {
+		if (ex[i].len < ENG_DISCARD_MIN)
+			continue;
+		if (!big && !(big = malloc(n * sizeof(*big))))
+			return; /* the memory stays resident; nothing else is lost */
+		big[nb++] = ex[i];
+	}
+	r = nb ? mn_discard(db->mc, big, nb) : 0;
+	if (r)
+		dkv_log_rl(&rl, DKV_LOG_WARN,
+			   "could not return freed slab space to the memory node's OS (%s); "
+			   "it is reused, but stays resident",
+			   dkv_strerror(r));
+	else
+		atomic_fetch_add(&db->st_discards, nb);
+	free(big);
+}
+
 void eng_space_drain(struct eng_db *db)
 {
 	struct eng_edit_table *p;
@@ -100,6 +130,13 @@ void eng_space_drain(struct eng_db *db)
 		return;
 	db->space_checked_us = 0; /* space came back: the next low check looks */
 	node = calloc(n, sizeof(*node));
+	/* Slab pieces: discarded first (done before they can be reused), then
+	 * back to the allocator.  Node extents: freed by the node. */
+	for (size_t i = 0; i < n && node; i++)
+		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
+	eng_space_discard(db, node, nn);
+	nn = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
 			eng_alloc_put(db->alloc, p[i].off, p[i].len);
@@ -741,9 +778,59 @@ uint64_t eng_oldest_snapshot(struct eng_db *db)
 
 /* ---------------------------------------------------------------- flush, sync */
 
+/* Switch the memtable (it joins the immutables the flush thread writes
+ * out), as the write leader: queue a writer entry that carries no batch so
+ * no writer races the switch. */
+static int switch_mem(struct eng_db *db)
+{
+	struct eng_writer me = { 0 }, *w;
+	int r;
+
+	pthread_cond_init(&me.cv, NULL);
+	pthread_mutex_lock(&db->wq_mu);
+	if (db->wq_tail)
+		db->wq_tail->next = &me;
+	else
+		db->wq_head = &me;
+	db->wq_tail = &me;
+	while (db->wq_head != &me)
+		pthread_cond_wait(&me.cv, &db->wq_mu);
+	pthread_mutex_unlock(&db->wq_mu);
+
+	r = make_room(db, 0, true);
+
+	pthread_mutex_lock(&db->wq_mu);
+	db->wq_head = me.next;
+	if (!db->wq_head)
+		db->wq_tail = NULL;
+	w = db->wq_head;
+	if (w)
+		pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&db->wq_mu);
+	pthread_cond_destroy(&me.cv);
+	return r;
+}
+
+void eng_flush_deletes(struct eng_db *db)
+{
+	uint64_t first, dels;
+	bool due;
+
+	if (db->read_only)
+		return;
+	pthread_mutex_lock(&db->mu);
+	dels = eng_mem_deletes(db->mem, &first);
+	/* Only when nothing waits for the flush thread: a busy writer's own
+	 * switches flush the deletes soon enough, and this must never stall. */
+	due = dels && db->nimm == 0 && !db->bg_error &&
+	      (dels >= ENG_DEL_FLUSH_COUNT || eng_now_us() - first >= ENG_DEL_FLUSH_AGE_US);
+	pthread_mutex_unlock(&db->mu);
+	if (due && switch_mem(db) == 0)
+		atomic_fetch_add(&db->st_del_flushes, 1);
+}
+
 int eng_flush(eng_db *db)
 {
-	struct eng_writer *w;
 	uint64_t target, retry = 0;
 	int r;
 
@@ -751,34 +838,7 @@ int eng_flush(eng_db *db)
 		return -EINVAL;
 	if (db->read_only)
 		return 0;
-	/* Become the leader with an empty "group" so no writer races the
-	 * switch: queue a writer entry that carries no batch. */
-	{
-		struct eng_writer me = { 0 };
-
-		pthread_cond_init(&me.cv, NULL);
-		pthread_mutex_lock(&db->wq_mu);
-		if (db->wq_tail)
-			db->wq_tail->next = &me;
-		else
-			db->wq_head = &me;
-		db->wq_tail = &me;
-		while (db->wq_head != &me)
-			pthread_cond_wait(&me.cv, &db->wq_mu);
-		pthread_mutex_unlock(&db->wq_mu);
-
-		r = make_room(db, 0, true);
-
-		pthread_mutex_lock(&db->wq_mu);
-		db->wq_head = me.next;
-		if (!db->wq_head)
-			db->wq_tail = NULL;
-		w = db->wq_head;
-		if (w)
-			pthread_cond_signal(&w->cv);
-		pthread_mutex_unlock(&db->wq_mu);
-		pthread_cond_destroy(&me.cv);
-	}
+	r = switch_mem(db);
 	if (r)
 		return r;
 	/* Wait until every memtable switched so far is in a table. */
@@ -845,6 +905,10 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->compaction_bytes_read = LD(st_comp_read);
 	st->compaction_bytes_written = LD(st_comp_written);
 	st->compaction_net_bytes = LD(st_comp_net);
+	st->delete_flushes = LD(st_del_flushes);
+	st->tombstone_compactions = LD(st_tomb_compactions);
+	st->discards = LD(st_discards);
+	st->space_low = atomic_load(&db->space_low);
 	mn_client_net_stats(db->mc, &ns);
 	st->net_bytes_sent = ns.bytes_sent;
 	st->net_bytes_recv = ns.bytes_recv;

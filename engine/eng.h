@@ -140,6 +140,10 @@ struct eng_stats {
 	uint64_t stalls, stall_us;
 	uint64_t compactions, compaction_bytes_read, compaction_bytes_written; /* merged, both sides */
 	uint64_t compaction_net_bytes;    /* bytes compaction moved over the transport */
+	uint64_t delete_flushes;          /* memtables flushed for their tombstones */
+	uint64_t tombstone_compactions;   /* deletion-triggered compactions */
+	uint64_t discards;                /* freed slab ranges returned to the node's OS */
+	uint64_t space_low;               /* 1: the node is below the reserve (volume full) */
 	uint64_t memtable_bytes, immutables;
 	uint64_t tables, table_bytes, live_keys_estimate;
 	uint64_t tables_per_level[8];

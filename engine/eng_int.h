@@ -40,6 +40,16 @@ struct timespec;
 uint64_t eng_now_us(void);
 void eng_deadline_in(struct timespec *ts, int ms);
 
+/* Deletion-triggered flush (engine/db.c eng_flush_deletes, called by the
+ * compaction thread's idle tick): the memtable is switched and flushed once
+ * it holds ENG_DEL_FLUSH_COUNT tombstones, or its first tombstone is
+ * ENG_DEL_FLUSH_AGE_US old, so deletes reach the tables (where they free
+ * space) with no further writes. */
+#define ENG_DEL_FLUSH_COUNT 16384u
+#define ENG_DEL_FLUSH_AGE_US (10ull * 1000000u)
+struct eng_db;
+void eng_flush_deletes(struct eng_db *db);
+
 /* Grow *arr (of elem-sized items, capacity *cap) to hold need items,
  * doubling.  0 or -ENOMEM (the array is unchanged then). */
 int eng_array_grow(void **arr, size_t *cap, size_t need, size_t elem);
@@ -85,6 +95,9 @@ int eng_mem_get(struct eng_mem *m, const void *k, size_t kl, uint64_t seq, const
 		size_t *vl);
 size_t eng_mem_bytes(const struct eng_mem *m);
 uint64_t eng_mem_entries(const struct eng_mem *m);
+/* Tombstones inserted so far; *first_us (if not NULL) is eng_now_us() when
+ * the first one went in (0: none).  Drives the deletion-triggered flush. */
+uint64_t eng_mem_deletes(const struct eng_mem *m, uint64_t *first_us);
 uint64_t eng_mem_wal_log_min(const struct eng_mem *m);
 /* Internal iterator over the memtable's internal keys (holds a ref). */
 int eng_mem_iter_create(struct eng_mem *m, struct dkv_iter **out);
@@ -317,6 +330,7 @@ struct eng_db {
 	_Atomic uint64_t st_flushes, st_flush_bytes, st_wal_bytes, st_wal_syncs;
 	_Atomic uint64_t st_stalls, st_stall_us;
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
+	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 
 	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */
 };
@@ -352,6 +366,10 @@ void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);
 /* Return pending table extents (slab ones to the allocator, node ones to the
  * node).  Caller holds man_mu. */
 void eng_space_drain(struct eng_db *db);
+/* Return freed ranges of our slabs to the memory node's OS (MN_OP_DISCARD;
+ * ranges under 64 KiB are skipped).  Call before the ranges are put back in
+ * the allocator.  Failure is logged (rate-limited) and costs only memory. */
+void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n);
 /* Drain, then give entirely free slabs back to the node (keeping one slab's
  * worth of free space), each logged as freed before mn_free_slab.  Caller
  * holds man_mu and is not inside a manifest operation. */

@@ -42,6 +42,8 @@ struct eng_mem {
 	struct mt_block *blocks; /* writer only */
 	_Atomic size_t bytes;    /* arena bytes, for the switch decision + stats */
 	_Atomic uint64_t entries;
+	_Atomic uint64_t deletes;      /* tombstones among the entries */
+	_Atomic uint64_t first_del_us; /* eng_now_us() of the first tombstone, 0 none */
 	uint64_t wal_log_min;
 	uint32_t rnd;            /* writer only */
 	atomic_int max_height;
@@ -240,7 +242,17 @@ int eng_mem_add(struct eng_mem *m, uint64_t seq, int type, const void *k, size_t
 		atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
 	}
 	atomic_fetch_add_explicit(&m->entries, 1, memory_order_relaxed);
+	if (type == IKEY_DELETION &&
+	    atomic_fetch_add_explicit(&m->deletes, 1, memory_order_relaxed) == 0)
+		atomic_store_explicit(&m->first_del_us, eng_now_us(), memory_order_relaxed);
 	return 0;
+}
+
+uint64_t eng_mem_deletes(const struct eng_mem *m, uint64_t *first_us)
+{
+	if (first_us)
+		*first_us = atomic_load_explicit(&m->first_del_us, memory_order_relaxed);
+	return atomic_load_explicit(&m->deletes, memory_order_relaxed);
 }
 
 int eng_mem_get(struct eng_mem *m, const void *k, size_t kl, uint64_t seq, const void **v,

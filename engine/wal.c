@@ -158,8 +158,15 @@ int eng_wal_sync(struct eng_db *db)
 
 void eng_wal_release_below(struct eng_db *db, uint64_t log_min)
 {
-	size_t i, j = 0;
+	struct mn_extent *gone = malloc((db->nsegs ? db->nsegs : 1) * sizeof(*gone));
+	size_t i, j = 0, ng = 0;
 
+	/* Discarded before they go back to the allocator (never after reuse). */
+	for (i = 0; gone && i < db->nsegs; i++)
+		if (db->segs[i].log_no < log_min)
+			gone[ng++] = (struct mn_extent){ db->segs[i].off, db->segs[i].len };
+	eng_space_discard(db, gone, ng);
+	free(gone);
 	for (i = 0; i < db->nsegs; i++) {
 		if (db->segs[i].log_no < log_min)
 			eng_space_put(db, db->segs[i].off, db->segs[i].len);

@@ -138,6 +138,8 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		"\nwal_syncs: %" PRIu64 "\nstalls: %" PRIu64 "\nstall_us: %" PRIu64
 		"\ncompactions: %" PRIu64 "\ncompaction_bytes_read: %" PRIu64
 		"\ncompaction_bytes_written: %" PRIu64 "\ncompaction_net_bytes: %" PRIu64
+		"\ndelete_flushes: %" PRIu64 "\ntombstone_compactions: %" PRIu64
+		"\nslab_discards: %" PRIu64 "\nvolume_full: %" PRIu64
 		"\nmemtable_bytes: %" PRIu64 "\nimmutables: %" PRIu64 "\ntables: %" PRIu64
 		"\ntable_bytes: %" PRIu64 "\nlive_keys_estimate: %" PRIu64
 		"\nindex_cache_bytes: %" PRIu64 "\nindex_cache_keys: %" PRIu64
@@ -147,6 +149,7 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		s.lookup_remote_reads, s.lookup_remote_read_bytes, s.flushes, s.flush_bytes,
 		s.wal_bytes, s.wal_syncs, s.stalls, s.stall_us, s.compactions,
 		s.compaction_bytes_read, s.compaction_bytes_written, s.compaction_net_bytes,
+		s.delete_flushes, s.tombstone_compactions, s.discards, s.space_low,
 		s.memtable_bytes, s.immutables, s.tables, s.table_bytes, s.live_keys_estimate,
 		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used);
 	if (n < 0)

@@ -1,0 +1,74 @@
+/* tests/mount/test_space.c — space comes back on a mounted volume: after rm,
+ * with no further writes, `df` and the embedded memory node's backing file
+ * (its allocated blocks: what the node really holds) fall back close to an
+ * empty volume's, while the volume stays mounted. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers/mount_fixture.h"
+
+TestSuite(space, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
+
+static uint64_t df_used(void)
+{
+	struct statvfs sv;
+
+	cr_assert_eq(statvfs(MNT, &sv), 0);
+	return (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+}
+
+static uint64_t region_blocks(void)
+{
+	char p[PATH_MAX + 16];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/data/region", T);
+	cr_assert_eq(stat(p, &st), 0, "no region file at %s", p);
+	return (uint64_t)st.st_blocks * 512u;
+}
+
+static uint64_t now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec;
+}
+
+#define MiB (1ull << 20)
+
+Test(space, rm_gives_space_back_while_mounted)
+{
+	uint64_t used0, blocks0, used_full, used = 0, blocks = 0, deadline;
+
+	cr_assert_eq(up(NULL), 0);
+	used0 = df_used();
+	blocks0 = region_blocks();
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(sh("head -c %llu /dev/urandom > %s/big%d", 48 * MiB, MNT, i), 0);
+	cr_assert_eq(sh("sync %s/big0", MNT), 0);
+	used_full = df_used();
+	cr_assert_geq(used_full, used0 + 150 * MiB, "192 MiB written, df grew by %llu MiB",
+		      (unsigned long long)((used_full - used0) / MiB));
+	cr_assert_eq(sh("rm %s/big*", MNT), 0);
+	/* No further writes: the deletes alone must give the space back. */
+	deadline = now_s() + 30 * (uint64_t)op_timeout_ms(1);
+	do {
+		sleep(1);
+		used = df_used();
+		blocks = region_blocks();
+	} while ((used > used0 + 80 * MiB || blocks > blocks0 + 80 * MiB) && now_s() < deadline);
+	cr_assert_leq(used, used0 + 80 * MiB,
+		      "df: %llu MiB used after rm, %llu MiB on the empty volume",
+		      (unsigned long long)(used / MiB), (unsigned long long)(used0 / MiB));
+	cr_assert_leq(blocks, blocks0 + 80 * MiB,
+		      "backing file holds %llu MiB after rm, %llu MiB empty",
+		      (unsigned long long)(blocks / MiB), (unsigned long long)(blocks0 / MiB));
+	down();
+}
