@@ -149,6 +149,22 @@ void eng_space_drain(struct eng_db *db)
 	free(p);
 }
 
+/* The volume's "full" state, logged once per change (one line each way). */
+static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
+{
+	if (atomic_exchange(&db->space_low, low) == low)
+		return;
+	if (low)
+		dkv_warn("volume %s is full: %llu MiB free on the memory node, under the %llu MiB "
+			 "kept for deletes, flushes and compaction; large writes fail with ENOSPC "
+			 "until files are deleted",
+			 db->o.volume, (unsigned long long)(free_bytes >> 20),
+			 (unsigned long long)(db->reserve >> 20));
+	else
+		dkv_info("volume %s has room again (%llu MiB free on the memory node)",
+			 db->o.volume, (unsigned long long)(free_bytes >> 20));
+}
+
 void eng_space_check(struct eng_db *db)
 {
 	struct mn_node_stats st;
@@ -159,7 +175,7 @@ void eng_space_check(struct eng_db *db)
 	/* Only the node's free space counts: free bytes inside our slabs are
 	 * scattered between live tables and cannot hold a flushed memtable. */
 	free_bytes = st.capacity > st.used ? st.capacity - st.used : 0;
-	atomic_store(&db->space_low, free_bytes < db->reserve);
+	set_space_low(db, free_bytes < db->reserve, free_bytes);
 }
 
 int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
@@ -177,7 +193,7 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 	if (r == -ENOSPC && want > len)
 		r = mn_alloc_slab(db->mc, len, &slab); /* a smaller slab may still fit */
 	if (r == -ENOSPC)
-		atomic_store(&db->space_low, true);
+		set_space_low(db, true, 0);
 	if (r)
 		return r;
 	r = eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,

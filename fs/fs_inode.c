@@ -38,6 +38,7 @@
 #include "common/coding.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 #include "fs/fs_int.h"
 
 #define CH FS_CHUNK_SIZE
@@ -614,8 +615,26 @@ static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch 
 	return rc < 0 ? rc : 0;
 }
 
+static struct dkv_ratelimit atime_rl = DKV_RATELIMIT_INIT(60000, 1);
+
 int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 {
+	if (!ino->dirty && ino->atime_dirty && !fs->opts.read_only) {
+		/* Only a read's atime stamp: store it if the store takes it,
+		 * else drop it — a full or unreachable node must not fail a
+		 * read whose data is intact.  The stamp stays in memory. */
+		ino->dirty = true;
+		int rc = fs_inode_commit(fs, ino);
+		if (rc) {
+			ino->dirty = false;
+			FS_COUNT(fs, atime_dropped, 1);
+			dkv_log_rl(&atime_rl, DKV_LOG_WARN,
+				   "could not store an access time (%s): dropped; the file is intact",
+				   dkv_strerror(rc));
+		}
+		return 0;
+	}
+	ino->atime_dirty = false;
 	if (!ino->dirty)
 		return 0;
 	if (fs->opts.read_only)

@@ -36,7 +36,7 @@ struct fs_counters {
 	_Atomic uint64_t lookups, creates, mkdirs, unlinks, rmdirs, renames, renamed_keys;
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
-	_Atomic uint64_t reclaims, reclaimed_chunks, errors;
+	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
 };
 #define FS_COUNT(fs, field, n) atomic_fetch_add_explicit(&(fs)->cnt.field, (n), memory_order_relaxed)
 
@@ -66,6 +66,7 @@ struct fs_inode {
 	struct fs_rec rec;        /* current truth; rec.payload unused for inline files */
 	uint8_t inl[FS_INLINE_MAX]; /* inline data; zero beyond rec.size */
 	bool dirty;               /* rec or data differ from what is committed */
+	bool atime_dirty;         /* only rec.atime differs: a store failure drops it */
 	bool intent;              /* an intent key exists for rec.data_id */
 	uint64_t committed_data_id; /* 0: committed record is inline */
 	uint64_t committed_size;

@@ -881,7 +881,8 @@ static void touch_atime(struct fs_ctx *fs, struct fs_inode *ino)
 	    ino->rec.atime > ino->rec.ctime && now - ino->rec.atime < day)
 		return;
 	ino->rec.atime = now;
-	ino->dirty = true;
+	if (!ino->dirty)
+		ino->atime_dirty = true;
 }
 
 static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)

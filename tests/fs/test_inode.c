@@ -285,3 +285,53 @@ Test(inode, enospc_is_reported_and_recoverable)
 	fs_kv_destroy(kv);
 	free(data);
 }
+
+/* A store that refuses every write while `refuse` is set (a full node). */
+static const struct fs_kv_ops *real_ops;
+static struct fs_kv_ops refusing_ops;
+static int refuse;
+
+static int refusing_write(struct fs_kv *kv, struct fs_kv_batch *b, bool sync)
+{
+	return refuse ? -ENOSPC : real_ops->write(kv, b, sync);
+}
+
+/* A read on a full node: the atime stamp it leaves cannot be stored; the
+ * commit at close drops it instead of failing (cat must not exit 1), counts
+ * it, and keeps it in memory.  A real change still reports the error. */
+Test(inode, atime_that_cannot_be_stored_is_dropped_not_an_error)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	struct fs_inode *ino = create(fs, "/f");
+	uint8_t data[100];
+
+	fill(data, sizeof(data), 3);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)data, sizeof(data), 0), (int)sizeof(data));
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	real_ops = kv->ops;
+	refusing_ops = *kv->ops;
+	refusing_ops.write = refusing_write;
+	kv->ops = &refusing_ops;
+	refuse = 1;
+
+	ino->rec.atime += 1000000000; /* what touch_atime does after a read */
+	ino->atime_dirty = true;
+	cr_assert_eq(fs_inode_commit(fs, ino), 0, "a dropped atime failed the close");
+	cr_assert_eq(atomic_load(&fs->cnt.atime_dropped), 1);
+	cr_assert(!ino->dirty && !ino->atime_dirty);
+
+	/* a data change is not an atime: its failure is reported */
+	cr_assert_eq(fs_inode_write(fs, ino, "x", 1, 0), 1);
+	cr_assert_eq(fs_inode_commit(fs, ino), -ENOSPC);
+	refuse = 0;
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	data[0] = 'x';
+	check_content(fs, "/f", data, sizeof(data));
+	kv->ops = real_ops;
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+}

@@ -499,9 +499,17 @@ static void fill_until_enospc(void)
 	sh_out(msg, sizeof(msg), "head -c 20000000 /dev/urandom 2>&1 > %s/more | "
 				"grep -o 'No space left' | head -1", MNT);
 	cr_assert(strstr(msg, "No space left"), "wanted ENOSPC, got: %s", msg);
+	/* Reads of a full node work and log nothing (their atime stamps are
+	 * dropped if they cannot be stored), and the node says it is full. */
+	char before[32], after[32];
+	sh_out(before, sizeof(before), "grep -c 'may be lost' %s/data/dkvfs.log", T);
 	for (int j = 0; j < i - 1; j++)
 		cr_assert_eq(sh("cmp -s %s/src/fill %s/fill%d", T, MNT, j), 0,
 			     "fill%d differs from what was written before ENOSPC", j);
+	sh_out(after, sizeof(after), "grep -c 'may be lost' %s/data/dkvfs.log", T);
+	cr_assert_str_eq(before, after, "reading a full volume logged 'data may be lost'");
+	cr_assert_eq(sh("grep -q 'is full' %s/data/dkvfs.log", T), 0, "no 'volume is full' line");
+	cr_assert_eq(sh("grep -q '^volume_full: [01]$' %s/.dkvfs/stats", MNT), 0);
 	cr_assert_eq(sh("rm -f %s/fill* %s/more*", MNT, MNT), 0, "rm fails on a full node");
 }
 
