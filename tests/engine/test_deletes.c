@@ -26,7 +26,7 @@ static void deletes_free_space(enum eng_compaction_mode mode)
 	uint64_t used_full, deadline;
 	eng_db *db;
 
-	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
 	topts(&o, &node);
 	o.compaction = mode;
 	o.memtable_size = 256u << 10;
