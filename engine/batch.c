@@ -77,6 +77,8 @@ static int batch_add(eng_batch *b, int type, const void *k, size_t kl, const voi
 		return -EFBIG;
 	if (vl && !v)
 		return -EINVAL;
+	if (b->len + 1 + 10 + kl + 10 + vl > ENG_BATCH_MAX)
+		return -EMSGSIZE;
 	r = batch_reserve(b, 1 + 10 + kl + 10 + vl);
 	if (r)
 		return r;

@@ -1026,8 +1026,8 @@ int eng_compaction_start(struct eng_db *db)
 		return -ENOMEM;
 	c->db = db;
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
-	pthread_cond_init(&c->done_cv, NULL);
+	eng_cond_init(&c->cv);
+	eng_cond_init(&c->done_cv);
 	atomic_init(&c->cancel, false);
 	c->work = true; /* the recovered tree may need work */
 	db->comp = c;

@@ -52,15 +52,44 @@ uint64_t eng_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+int eng_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	int r;
+
+	r = -pthread_condattr_init(&a);
+	if (r)
+		return r;
+	r = -pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	if (!r)
+		r = -pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+	return r;
+}
+
 void eng_deadline_in(struct timespec *ts, int ms)
 {
-	clock_gettime(CLOCK_REALTIME, ts);
+	clock_gettime(CLOCK_MONOTONIC, ts);
 	ts->tv_sec += ms / 1000;
 	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
 	if (ts->tv_nsec >= 1000000000L) {
 		ts->tv_sec++;
 		ts->tv_nsec -= 1000000000L;
 	}
+}
+
+void eng_fault_arm(struct eng_db *db, enum eng_fault p, long n)
+{
+	atomic_store(&db->faults[p], n > 0 ? n : 0);
+}
+
+bool eng_fault_hit(struct eng_db *db, enum eng_fault p)
+{
+	long n = atomic_load(&db->faults[p]);
+
+	while (n > 0 && !atomic_compare_exchange_weak(&db->faults[p], &n, n - 1))
+		;
+	return n == 1;
 }
 
 void eng_options_init(struct eng_options *o)
@@ -276,21 +305,26 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 	struct eng_version *v, *old;
 	int r;
 
+	/* Build the new version before logging the edit: once the edit is in
+	 * the manifest nothing may fail, or the caller would give back space
+	 * (table extents, compaction inputs) that the next open finds in use.
+	 * db->current changes only here, under man_mu, so it cannot move
+	 * between the build and the install. */
 	pthread_mutex_lock(&db->man_mu);
+	r = eng_fault_hit(db, ENG_FAULT_VERSION_APPLY)
+		? -ENOMEM
+		: eng_version_apply(db->current, e, added, &v);
+	if (r) {
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
 	r = eng_manifest_log(db, e);
 	if (r) {
 		pthread_mutex_unlock(&db->man_mu);
+		eng_version_unref(v);
 		return r;
 	}
 	pthread_mutex_lock(&db->mu);
-	r = eng_version_apply(db->current, e, added, &v);
-	if (r) {
-		/* Logged but not installed: the next open will see it.  Keep
-		 * serving the old version; report. */
-		pthread_mutex_unlock(&db->mu);
-		pthread_mutex_unlock(&db->man_mu);
-		return r;
-	}
 	old = db->current;
 	db->current = v;
 	eng_version_mark_obsolete(old, e);
@@ -340,6 +374,10 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 	for (;;) {
 		struct eng_mem *m;
 		uint64_t log_no;
+
+		r = atomic_load(&db->broken); /* that memtable must not be flushed */
+		if (r)
+			break;
 
 		if (!force && (eng_mem_bytes(db->mem) + need <= db->o.memtable_size ||
 			       eng_mem_entries(db->mem) == 0))
@@ -392,6 +430,7 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 }
 
 struct insert_ctx {
+	struct eng_db *db;
 	struct eng_mem *m;
 };
 
@@ -400,6 +439,8 @@ static int insert_entry(void *ctx, uint64_t seq, int type, const uint8_t *k, siz
 {
 	struct insert_ctx *ic = ctx;
 
+	if (eng_fault_hit(ic->db, ENG_FAULT_MEM_INSERT))
+		return -ENOMEM;
 	return eng_mem_add(ic->m, seq, type, k, kl, v, vl);
 }
 
@@ -430,6 +471,10 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 	bool sync = false;
 	int r = 0;
 
+	/* Followers queued before a group broke the memtable lead later. */
+	r = atomic_load(&db->broken);
+	if (r)
+		return r;
 	eng_batch_clear(g);
 	for (struct eng_writer *w = first;; w = w->next) {
 		r = eng_batch_append_rep(g, w->batch);
@@ -447,7 +492,6 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 	if (seq + eng_batch_count(g) > IKEY_SEQ_MAX)
 		return -EOVERFLOW;
 	put_u64(g->rep, seq);
-	atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
 	if (g->puts < eng_batch_count(g) && atomic_load(&db->space_low))
 		atomic_store(&db->reclaimable, true); /* see reclaim() */
 	if (first->disable_wal) {
@@ -461,18 +505,21 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		if (r)
 			return r;
 	}
+	/* The group is in the WAL: manifest edits from now on may say so. */
+	atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
 	/* Only the leader changes db->mem, and it is the leader. */
+	ic.db = db;
 	ic.m = db->mem;
 	r = eng_batch_rep_iterate(g->rep, g->len, insert_entry, &ic);
 	if (r) {
 		/* Out of memory half way: the WAL has the group, the memtable
-		 * part of it.  Readers must not see a partial batch: do not
-		 * publish; reopening replays the group whole. */
-		dkv_err("memtable insert failed (%s); the engine must be reopened",
+		 * part of it.  Readers must not see a partial batch: never
+		 * publish it, nor anything after it, nor flush this memtable;
+		 * reopening replays the group whole. */
+		dkv_err("memtable insert failed (%s): writes are refused until the volume is "
+			"remounted (the log has the whole batch)",
 			dkv_strerror(r));
-		pthread_mutex_lock(&db->mu);
-		db->bg_error = r;
-		pthread_mutex_unlock(&db->mu);
+		atomic_store(&db->broken, r);
 		return r;
 	}
 	atomic_store_explicit(&db->visible_seq, atomic_load(&db->last_seq), memory_order_release);
@@ -531,6 +578,9 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 		return -EROFS;
 	if (eng_batch_count(b) == 0)
 		return 0;
+	r = atomic_load(&db->broken);
+	if (r)
+		return r;
 	/* Low on space: keep the reserve for deletes, metadata and the
 	 * flushes/compactions that turn deletes into free space. */
 	if (b->put_bytes > ENG_LOW_SPACE_PUT_MAX && atomic_load(&db->space_low) &&

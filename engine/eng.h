@@ -34,6 +34,13 @@
 
 #define ENG_KEY_MAX   (8u << 10)  /* 8 KiB */
 #define ENG_VALUE_MAX (4u << 20)  /* 4 MiB */
+/* Bytes one batch may hold (its keys, values and 2-20 bytes of framing per
+ * entry).  A batch is one WAL record, written and replayed whole, and a
+ * record's length field is 32 bits: an entry that would take a batch past
+ * this is refused with -EMSGSIZE and the batch is left as it was (it used to
+ * be framed with a wrapped length, and replay dropped it and every write
+ * behind it).  Larger atomic changes need their own protocol. */
+#define ENG_BATCH_MAX ((size_t)UINT32_MAX - (64u << 10)) /* 4 GiB - 64 KiB */
 
 typedef struct eng_db eng_db;
 typedef struct eng_batch eng_batch;

@@ -35,10 +35,26 @@
 #include "memnode/mn_client.h"
 
 struct timespec;
-/* CLOCK_MONOTONIC in microseconds; an absolute CLOCK_REALTIME deadline ms
- * from now for pthread_cond_timedwait (engine/db.c). */
+/* CLOCK_MONOTONIC in microseconds; an absolute CLOCK_MONOTONIC deadline ms
+ * from now for pthread_cond_timedwait on a condition variable made by
+ * eng_cond_init (engine/db.c): a wall-clock step never stretches or cuts a
+ * wait. */
 uint64_t eng_now_us(void);
 void eng_deadline_in(struct timespec *ts, int ms);
+int eng_cond_init(pthread_cond_t *cv);
+
+/* Fault-injection seam (tests): eng_fault_arm(db, p, n) makes the nth
+ * following hit of point p fail (-ENOMEM), once; n = 0 disarms.  Points sit
+ * where the engine can fail for real, so a test reaches the error paths
+ * without exhausting memory or the node. */
+enum eng_fault {
+	ENG_FAULT_MEM_INSERT,    /* one memtable insert of a write group */
+	ENG_FAULT_VERSION_APPLY, /* building the version an edit installs */
+	ENG_FAULT_N
+};
+struct eng_db;
+void eng_fault_arm(struct eng_db *db, enum eng_fault p, long n);
+bool eng_fault_hit(struct eng_db *db, enum eng_fault p);
 
 /* Deletion-triggered flush (engine/db.c eng_flush_deletes, called by the
  * compaction thread's idle tick): the memtable is switched and flushed once
@@ -233,8 +249,11 @@ struct eng_wal_seg {
 	uint64_t log_no, off, len;
 	uint64_t used; /* bytes written (writer side) */
 };
-/* Frame payload into buf (which has ENG_WAL_HDR bytes of room before it). */
-void eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len);
+/* Largest payload one record can frame (its length field is 32 bits). */
+#define ENG_WAL_PAYLOAD_MAX ((size_t)UINT32_MAX - ENG_WAL_HDR)
+/* Frame payload into buf (which has ENG_WAL_HDR bytes of room before it).
+ * Returns 0, or -EMSGSIZE (nothing written) above ENG_WAL_PAYLOAD_MAX. */
+int eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len);
 /* Parse records of one segment image; fn gets each payload.  Returns bytes of
  * valid prefix (>= 0) or fn's error. */
 typedef int (*eng_wal_fn)(void *ctx, const uint8_t *payload, size_t len);
@@ -279,6 +298,13 @@ struct eng_db {
 	/* sequence numbers */
 	_Atomic uint64_t last_seq;    /* last assigned (leader) */
 	_Atomic uint64_t visible_seq; /* readers see seqs <= this */
+	/* A write group reached the WAL but only part of it the memtable: the
+	 * memtable may not be published, switched or flushed (a table would
+	 * make the part durable), so every later write, switch and flush fails
+	 * with this error until the engine is reopened and the WAL replays the
+	 * group whole.  Unlike bg_error (a flush that may work again), sticky. */
+	_Atomic int broken;
+	_Atomic long faults[ENG_FAULT_N]; /* eng_fault_arm countdowns */
 	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */
 	/* Free space (node + our slabs) is below `reserve`: large puts fail
 	 * with -ENOSPC up front, so deletes, flushes and compaction still find

@@ -310,8 +310,9 @@ static int man_append(struct eng_db *db, const uint8_t *payload, size_t plen)
 	if (!rec)
 		return -ENOMEM;
 	memcpy(rec + ENG_WAL_HDR, payload, plen);
-	eng_wal_frame(rec, db->man_no, plen);
-	r = mn_write(db->mc, db->man_off + db->man_used, rec, n);
+	r = eng_wal_frame(rec, db->man_no, plen);
+	if (!r)
+		r = mn_write(db->mc, db->man_off + db->man_used, rec, n);
 	if (!r)
 		r = mn_sync(db->mc, db->man_off + db->man_used, n);
 	free(rec);

@@ -176,8 +176,8 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->man_mu, NULL);
 	pthread_mutex_init(&db->free_mu, NULL);
 	pthread_mutex_init(&db->reclaim_mu, NULL);
-	pthread_cond_init(&db->flush_cv, NULL);
-	pthread_cond_init(&db->done_cv, NULL);
+	eng_cond_init(&db->flush_cv);
+	eng_cond_init(&db->done_cv);
 	db->snaps.next = db->snaps.prev = &db->snaps;
 	db->next_number = 1;
 	db->memnode = first_node(o->memnode);

@@ -35,11 +35,18 @@
 #define WAL_SEG_MIN (64u << 10)
 #define WAL_SEG_MAX (16u << 20)
 
-void eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len)
+int eng_wal_frame(uint8_t *rec, uint64_t log_no, size_t payload_len)
 {
+	/* The length field is 32 bits and the CRC covers what it says plus
+	 * the header: a longer payload would be framed with a wrapped length
+	 * whose CRC never matches, so replay would stop at it and drop every
+	 * record behind it. */
+	if (payload_len > ENG_WAL_PAYLOAD_MAX)
+		return -EMSGSIZE;
 	put_u32(rec + 4, (uint32_t)payload_len);
 	put_u64(rec + 8, log_no);
 	put_u32(rec, crc32c(rec + 4, ENG_WAL_HDR - 4 + payload_len));
+	return 0;
 }
 
 int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_fn fn, void *ctx)
@@ -108,6 +115,8 @@ int eng_wal_append(struct eng_db *db, const uint8_t *rec, size_t plen, bool sync
 	uint64_t off;
 	int r;
 
+	if (plen > ENG_WAL_PAYLOAD_MAX)
+		return -EMSGSIZE; /* before a segment is sized for it */
 	pthread_mutex_lock(&db->man_mu);
 	s = db->nsegs ? &db->segs[db->nsegs - 1] : NULL;
 	if (!s || s->len - s->used < n) {
@@ -118,7 +127,11 @@ int eng_wal_append(struct eng_db *db, const uint8_t *rec, size_t plen, bool sync
 		}
 		s = &db->segs[db->nsegs - 1];
 	}
-	eng_wal_frame((uint8_t *)rec, s->log_no, plen);
+	r = eng_wal_frame((uint8_t *)rec, s->log_no, plen);
+	if (r) {
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
 	off = s->off + s->used;
 	s->used += n;
 	pthread_mutex_unlock(&db->man_mu);

@@ -1,6 +1,7 @@
 /* tests/engine/test_batch.c — batch representation and its checked decoder. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,4 +70,30 @@ Test(batch, build_count_iterate)
 	eng_batch_destroy(b);
 	eng_batch_destroy(g);
 	eng_batch_destroy(NULL);
+}
+
+/* A batch is one WAL record: the entry that would take it past ENG_BATCH_MAX
+ * is refused with -EMSGSIZE and leaves the batch as it was.  (The batch's
+ * length is set near the bound by hand: the check comes before any byte is
+ * copied, so the test needs no 4 GiB buffer.) */
+Test(batch, bounded_by_batch_max)
+{
+	eng_batch *b = eng_batch_create();
+	uint8_t v[100] = { 0 };
+	size_t real;
+
+	cr_assert(b);
+	cr_assert_eq(eng_batch_put(b, "a", 1, v, sizeof(v)), 0);
+	real = b->len;
+	b->len = ENG_BATCH_MAX - 16;
+	cr_assert_eq(eng_batch_put(b, "b", 1, v, sizeof(v)), -EMSGSIZE);
+	cr_assert_eq(eng_batch_delete(b, "deletion", 8), -EMSGSIZE);
+	cr_assert_eq(b->len, ENG_BATCH_MAX - 16, "the refused entry changed the batch");
+	cr_assert_eq(eng_batch_count(b), 1);
+	b->len = real;
+	cr_assert_eq(eng_batch_put(b, "b", 1, v, sizeof(v)), 0);
+	cr_assert_eq(eng_batch_count(b), 2);
+	/* The bound fits one WAL record. */
+	cr_assert_leq(ENG_BATCH_MAX, ENG_WAL_PAYLOAD_MAX);
+	eng_batch_destroy(b);
 }
