@@ -1,4 +1,4 @@
-/* net/net_local.c — the local backend: the stream transport (net_stream.c)
+/* net/net_local.c — the local backend: the stream transport (net/net_stream_*.c)
  * over a unix socket, plus one-sided READ/WRITE through shared mappings.
  *
  * Registrations made with net_reg_mr_fd() are announced to the peer with

@@ -1,4 +1,4 @@
-/* net/net_tcp.c — the tcp backend: the stream transport (net_stream.c) over
+/* net/net_tcp.c — the tcp backend: the stream transport (net/net_stream_*.c) over
  * TCP sockets.  All the machinery is shared with the local backend; this file
  * only resolves "HOST:PORT" addresses and names the ops table.
  *

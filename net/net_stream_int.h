@@ -1,0 +1,339 @@
+/* net/net_stream_int.h — private to the net_stream_*.c files: the objects of
+ * the stream transport and the helpers its files share.
+ *
+ * Files (one job each):
+ *   net_stream_codec.c  frame header encode/decode
+ *   net_stream_keys.c   key tables, domains, registrations, grants
+ *   net_stream_sock.c   socket helpers (waits, handshake frames, addresses)
+ *   net_stream_tx.c     completions, the tx queue and helper, break/flush
+ *   net_stream_rx.c     the rx thread: reading and serving frames
+ *   net_stream_map.c    local backend: shared mappings of the peer
+ *   net_stream_conn.c   connections, listen/accept/connect, handshake
+ *   net_stream_post.c   post and poll
+ *
+ * The stream transport behind the tcp and local backends.
+ *
+ * One stream socket per connection carries versioned frames (48-byte header
+ * with a CRC-32C, see docs/wire-transport.md).  Each side plays both RDMA
+ * roles at once:
+ *
+ *   requester  net_post_*() takes a slot of the send queue (a ring indexed by
+ *              sequence number), queues the request frame and returns.  The
+ *              peer answers every request frame in order (READ_RESP or ACK),
+ *              and completions are handed out strictly in posting order: a
+ *              slot is reaped only when it and every older slot are done.
+ *   responder  the rx thread ("net-rx") decodes the peer's frames and serves
+ *              READ/WRITE/WRITE_IMM/SEND against this side's registrations,
+ *              checking rkey, bounds and access as a NIC would.  A violation
+ *              is answered with -DKV_E_GRANT and breaks the connection.
+ *
+ * Output: one tx queue per connection.  Whoever appends to an idle queue
+ * becomes the writer and drains it with MSG_DONTWAIT; when the socket is
+ * full it hands the rest to the "net-tx" helper thread, the only thread that
+ * ever blocks on output.  So posting never blocks (pipelined posts append
+ * and return while another thread writes), and since no rx thread ever
+ * waits on its own output the two directions cannot deadlock each other,
+ * whatever the payload sizes.
+ *
+ * Breaking: anyone may break a connection (ns_conn_break: record the first
+ * error, shutdown the socket); only the rx thread flushes it (ns_conn_flush),
+ * after it stopped touching user buffers: it kills the tx queue, waits for
+ * the writer to leave, then completes every pending WR and posted RECV with
+ * the error.  Posts check `broken` under mu, so nothing posted after the
+ * flush can be lost.
+ *
+ * Local backend extras: registrations made with a file descriptor are
+ * announced to the peer (MR_ADD, fd passed with SCM_RIGHTS), grants over them
+ * too (GRANT_ADD).  The peer maps them MAP_SHARED and serves its own READ and
+ * WRITE posts to such memory with memcpy, without a frame and without this
+ * side's CPU; the slot completes at once but is still reaped in posting
+ * order.  An rkey the poster does not know goes by frame, so the responder
+ * still decides.
+ *
+ * Locks, in the order they may nest: d->lock (rwlock, registrations) and
+ * d->conns_mu; c->rlock (rwlock, peer's shared mappings); c->mu (queues, CQ,
+ * grants, state); c->tx_mu (tx queue).  No function holds c->mu while it
+ * takes c->tx_mu.
+ */
+#ifndef DKV_NET_STREAM_INT_H
+#define DKV_NET_STREAM_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "net/net_stream.h"
+
+#define NS_RXBUF	   (64 * 1024)
+#define NS_TICK_MS	   50	       /* how often the rx thread checks op deadlines */
+#define NS_SPIN_NS	   30000       /* spin before blocking (poll, rx) */
+#define NS_UNEXP_MAX_BYTES (16u << 20) /* SENDs buffered while no RECV is posted */
+#define NS_CTRL_MAX	   48	       /* payload of control frames */
+#define NS_FD_INBOX	   16
+#define NS_NAK_WAIT_MS	   1000 /* how long a dying conn tries to deliver its NAK */
+
+/* Payload of MR_ADD: id u32, rkey u32, access u32, addr u64, len u64, fd_off u64. */
+#define NS_MR_ADD_LEN 36
+/* Payload of GRANT_ADD: rkey u32, parent u32, access u32, addr u64, len u64. */
+#define NS_GRANT_ADD_LEN 28
+
+/* ---- key tables: sorted arrays (keys come from a counter, so inserts
+ * append) with binary search ---- */
+
+struct ns_key {
+	uint32_t key;
+	uint32_t parent; /* grants: key of the registration they carve */
+	unsigned access;
+	uint64_t addr;
+	uint64_t len;
+	bool shared; /* local: announced to the peer */
+	void *obj;   /* domain table: the struct ns_mr */
+};
+
+struct ns_ktab {
+	struct ns_key *v;
+	size_t n, cap;
+};
+
+/* ---- objects ---- */
+
+struct ns_conn;
+
+struct ns_domain {
+	struct net_domain head;
+	bool local;
+	pthread_rwlock_t lock; /* mrs */
+	struct ns_ktab mrs;    /* key = lkey = rkey */
+	atomic_uint next_key;
+	pthread_mutex_t conns_mu; /* conns (local: to announce registrations) */
+	struct ns_conn *conns;
+};
+
+struct ns_mr {
+	struct net_mr pub;
+	struct ns_domain *d;
+	int fd; /* -1: not shareable */
+	uint64_t fd_off;
+};
+
+/* One frame waiting in the tx queue. */
+struct ns_txe {
+	struct ns_txe *next;
+	uint8_t hdr[NS_HDR_SIZE];
+	const void *data; /* payload, sent straight from this buffer */
+	size_t dlen;
+	uint8_t inl[NS_CTRL_MAX]; /* payload of control frames (data points here) */
+	int pass_fd;		  /* -1 or an fd to send with SCM_RIGHTS */
+	bool heap;		  /* free after sending */
+	atomic_bool sent;	  /* whole frame handed to the kernel (release) */
+};
+
+struct ns_slot {
+	uint64_t seq;
+	uint64_t wr_id;
+	enum net_wc_op op;
+	int status;
+	uint32_t byte_len;
+	bool done;
+	bool wire;	 /* waiting for the peer's answer */
+	bool local_busy; /* the poster is copying through the shared mapping */
+	void *local;
+	size_t len;
+	uint64_t t_post;
+	struct ns_txe txe;
+};
+
+struct ns_recv {
+	uint64_t wr_id;
+	void *buf;
+	size_t len;
+};
+
+struct ns_unexp { /* a SEND or WRITE_IMM that arrived before its RECV */
+	struct ns_unexp *next;
+	bool imm;
+	uint32_t imm_val;
+	uint32_t len;
+	uint8_t data[];
+};
+
+/* Input state of a connection: a receive buffer in front of the socket. */
+struct ns_reader {
+	struct ns_conn *c;
+	uint8_t *buf;
+	size_t r, w;
+	uint64_t last_check;
+};
+
+struct ns_rmap { /* local: a shareable registration of the peer, mapped here */
+	uint32_t id, rkey;
+	unsigned access; /* domain-wide remote access, 0: only through grants */
+	uint64_t addr, len;
+	void *map;
+	size_t map_len;
+	uint8_t *base; /* local address of the peer's addr */
+};
+
+struct ns_conn {
+	struct net_conn head;
+	struct ns_domain *d;
+	struct ns_conn *dnext; /* d->conns */
+	int fd;
+	int efd;
+	bool local;
+	char peer[128];
+	struct net_conn_opts o;
+	pthread_t rx_thread, tx_thread;
+	bool threads;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cond; /* pollers */
+	bool broken;
+	bool flushed;
+	bool hs_done; /* the acceptor's announcements have all arrived */
+	int err;
+	struct ns_slot *sq;
+	unsigned sq_cap;
+	uint64_t sq_head, sq_tail; /* oldest unreaped, next to post */
+	struct ns_recv *rq;	   /* posted RECVs */
+	unsigned rq_cap;
+	uint64_t rq_head, rq_tail;
+	struct net_wc *rcq; /* RECV completions not reaped yet */
+	uint64_t rcq_head, rcq_tail;
+	unsigned recv_out; /* posted RECVs not reaped yet */
+	struct ns_unexp *ux_head, *ux_tail;
+	unsigned ux_count;
+	size_t ux_bytes;
+	struct ns_ktab grants;
+	unsigned waiters;
+	bool efd_armed;
+	long posts;	 /* fault injection counters */
+	long drop_after; /* absolute post count, 0: never */
+	long fail_at;	 /* absolute post count, 0: never */
+	atomic_uint gen; /* bumped on each completion, for spinners */
+
+	pthread_rwlock_t rlock; /* rmaps, rgrants */
+	struct ns_rmap *rmaps;
+	size_t nrmaps;
+	struct ns_ktab rgrants; /* parent = map id */
+
+	pthread_mutex_t tx_mu;
+	pthread_cond_t tx_cond;	    /* the writer left (waited on by flush) */
+	pthread_cond_t helper_cond; /* work for the helper thread */
+	unsigned tx_idle_waiters;
+	struct ns_txe *txq_head, *txq_tail;
+	struct ns_txe *tx_cur; /* partly written frame handed to the helper */
+	size_t tx_off;
+	bool writer_active, helper_wanted, helper_stop, tx_dead;
+	atomic_uint delay_us;
+
+	/* Input, read and served by whoever holds rx_mu: the rx thread (a
+	 * spinning poller could serve it too; measured no gain on 2 vCPUs). */
+	pthread_mutex_t rx_mu;
+	struct ns_reader rd;
+	int inbox[NS_FD_INBOX]; /* fds received with frames (rx_mu) */
+	unsigned ninbox;
+
+	atomic_uint_fast64_t bytes_sent, bytes_recv, ops_posted, ops_completed, ops_failed;
+};
+
+struct ns_listener {
+	struct net_listener head;
+	struct ns_domain *d;
+	int fd;
+	char addr[128];
+	char unlink_path[128];
+};
+
+struct ns_req {
+	struct net_conn_req head;
+	struct ns_domain *d;
+	int fd;
+	char peer[128];
+	uint8_t priv[NET_PRIV_MAX];
+	size_t plen;
+};
+
+static inline struct ns_domain *to_dom(struct net_domain *d)
+{
+	return (struct ns_domain *)d;
+}
+static inline struct ns_conn *to_conn(struct net_conn *c)
+{
+	return (struct ns_conn *)c;
+}
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline int ms_left(uint64_t deadline)
+{
+	uint64_t n = now_ns();
+	if (n >= deadline)
+		return 0;
+	if (deadline - n > 3600ull * 1000000000ull)
+		return 3600 * 1000;
+	return (int)((deadline - n + 999999) / 1000000);
+}
+
+/* Output mode: may the writer block on a full socket? */
+enum tx_mode { TX_BLOCK, TX_NOBLOCK };
+
+/* ---- net_stream_keys.c ---- */
+struct ns_key *ns_kt_find(const struct ns_ktab *t, uint32_t key);
+int ns_kt_insert(struct ns_ktab *t, const struct ns_key *k);
+bool ns_kt_remove(struct ns_ktab *t, uint32_t key, struct ns_key *out);
+void ns_kt_release(struct ns_ktab *t);
+bool ns_key_covers(const struct ns_key *k, uint64_t raddr, uint64_t len, unsigned want);
+bool ns_lkey_covers(struct ns_domain *d, uint32_t lkey, const void *ptr, size_t len);
+int ns_check_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
+			   unsigned want, void **ptr);
+
+/* ---- net_stream_sock.c ---- */
+int ns_set_nonblock(int fd);
+int ns_wait_fd(int fd, short ev, uint64_t deadline);
+int ns_sync_recv_frame(int fd, struct ns_hdr *h, uint8_t *payload, size_t cap, uint64_t deadline);
+int ns_resolve(struct ns_domain *d, const char *addr, bool passive, struct sockaddr_storage *ss,
+	       socklen_t *len);
+void ns_tune_socket(int fd, bool local);
+
+/* ---- net_stream_tx.c ---- */
+bool ns_cq_ready(const struct ns_conn *c);
+void ns_slot_complete(struct ns_conn *c, struct ns_slot *s, int status);
+void ns_recv_complete(struct ns_conn *c, uint64_t wr_id, int status, enum net_wc_op op,
+		      uint32_t byte_len, uint32_t imm);
+int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t plen,
+		 uint64_t deadline);
+void ns_conn_break(struct ns_conn *c, int err);
+int ns_tx_submit(struct ns_conn *c, struct ns_txe *e, enum tx_mode mode);
+void *ns_tx_main(void *arg);
+int ns_tx_answer(struct ns_conn *c, uint8_t op, uint64_t seq, int status);
+void ns_tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_t plen, int pass_fd);
+void ns_slot_fail_and_break(struct ns_conn *c, struct ns_slot *s, int status);
+void ns_conn_flush(struct ns_conn *c);
+
+/* ---- net_stream_rx.c ---- */
+int ns_inbox_pop(struct ns_conn *c);
+int ns_rd_read(struct ns_reader *rd, void *dst, size_t n);
+int ns_ux_drain(struct ns_conn *c);
+void *ns_rx_main(void *arg);
+
+/* ---- net_stream_map.c ---- */
+void ns_announce_mr(struct ns_conn *c, const struct ns_mr *m);
+void ns_rmap_release(struct ns_rmap *m);
+int ns_rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr *h);
+void ns_announce_all(struct ns_conn *c);
+int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len, unsigned want,
+		   uint8_t **ptr);
+
+/* ---- net_stream_conn.c ---- */
+uint64_t ns_deadline_after(int timeout_ms);
+
+#endif

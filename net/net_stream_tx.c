@@ -1,0 +1,379 @@
+/* net/net_stream_tx.c — completions, output (the tx queue, its writer and the net-tx helper
+ * thread) and breaking/flushing a connection.
+ *
+ * Part of the stream transport (net_stream_int.h has the overview). */
+#include "net/net_stream_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/coding.h"
+#include "common/err.h"
+#include "common/log.h"
+
+/* ------------------------------------------------------------------ */
+/* completions                                                        */
+
+bool ns_cq_ready(const struct ns_conn *c)
+{
+	return c->rcq_head != c->rcq_tail ||
+	       (c->sq_head != c->sq_tail && c->sq[c->sq_head % c->sq_cap].done);
+}
+
+/* Something may have become reapable: arm the fd and wake pollers.  mu held. */
+static void cq_kick(struct ns_conn *c)
+{
+	atomic_fetch_add(&c->gen, 1);
+	if (!ns_cq_ready(c))
+		return;
+	if (!c->efd_armed) {
+		uint64_t one = 1;
+		c->efd_armed = true;
+		if (write(c->efd, &one, sizeof(one)) < 0) {
+			/* cannot overflow: only written when disarmed */
+		}
+	}
+	if (c->waiters)
+		pthread_cond_broadcast(&c->cond);
+}
+
+void ns_slot_complete(struct ns_conn *c, struct ns_slot *s, int status)
+{
+	s->status = status;
+	s->done = true;
+	s->wire = false;
+	cq_kick(c);
+}
+
+void ns_recv_complete(struct ns_conn *c, uint64_t wr_id, int status, enum net_wc_op op,
+		      uint32_t byte_len, uint32_t imm)
+{
+	struct net_wc *wc = &c->rcq[c->rcq_tail++ % c->rq_cap];
+	wc->wr_id = wr_id;
+	wc->status = status;
+	wc->op = op;
+	wc->byte_len = byte_len;
+	wc->imm = imm;
+	cq_kick(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* output                                                             */
+
+/* Write e to fd from *off.  0 when all written; -EAGAIN (TX_NOBLOCK, *off
+ * updated); -ETIMEDOUT when the socket stays full for timeout_ms; other
+ * -errno.  Bytes written are added to *sent. */
+static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, int timeout_ms,
+		     atomic_uint_fast64_t *sent)
+{
+	size_t total = NS_HDR_SIZE + e->dlen;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+
+	while (*off < total) {
+		struct iovec iov[2];
+		struct msghdr msg = {0};
+		int n = 0;
+		ssize_t w;
+
+		if (*off < NS_HDR_SIZE) {
+			iov[n].iov_base = e->hdr + *off;
+			iov[n++].iov_len = NS_HDR_SIZE - *off;
+			if (e->dlen) {
+				iov[n].iov_base = (void *)e->data;
+				iov[n++].iov_len = e->dlen;
+			}
+		} else {
+			iov[n].iov_base = (uint8_t *)e->data + (*off - NS_HDR_SIZE);
+			iov[n++].iov_len = total - *off;
+		}
+		msg.msg_iov = iov;
+		msg.msg_iovlen = (size_t)n;
+		if (*off == 0 && e->pass_fd >= 0) {
+			struct cmsghdr *ch;
+			memset(&cm, 0, sizeof(cm));
+			msg.msg_control = cm.buf;
+			msg.msg_controllen = sizeof(cm.buf);
+			ch = CMSG_FIRSTHDR(&msg);
+			ch->cmsg_level = SOL_SOCKET;
+			ch->cmsg_type = SCM_RIGHTS;
+			ch->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(ch), &e->pass_fd, sizeof(int));
+		}
+		w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0) {
+			*off += (size_t)w;
+			atomic_fetch_add_explicit(sent, (uint64_t)w, memory_order_relaxed);
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno != EAGAIN)
+			return -errno;
+		if (mode == TX_NOBLOCK)
+			return -EAGAIN;
+		int r = ns_wait_fd(fd, POLLOUT, now_ns() + (uint64_t)timeout_ms * 1000000ull);
+		if (r < 0)
+			return r;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+	atomic_store_explicit(&e->sent, true, memory_order_release);
+	return 0;
+}
+
+static int tx_write(struct ns_conn *c, struct ns_txe *e, size_t *off, enum tx_mode mode)
+{
+	return txe_write(c->fd, e, off, mode, c->o.op_timeout_ms, &c->bytes_sent);
+}
+
+/* Blocking write of one small frame before the connection's threads exist
+ * (handshake). */
+int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t plen,
+		 uint64_t deadline)
+{
+	struct ns_txe e = {.data = payload, .dlen = plen, .pass_fd = -1};
+	atomic_uint_fast64_t sent = 0;
+	size_t off = 0;
+
+	ns_hdr_encode(e.hdr, h);
+	return txe_write(fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
+}
+
+static void txe_release(struct ns_txe *e)
+{
+	if (!e || !e->heap)
+		return;
+	if (e->pass_fd >= 0)
+		close(e->pass_fd);
+	free(e);
+}
+
+/* Drain the tx queue as its writer.  Called and returns with tx_mu held;
+ * clears writer_active unless it handed the rest to the helper. */
+static void tx_drain(struct ns_conn *c, enum tx_mode mode)
+{
+	for (;;) {
+		struct ns_txe *e;
+		size_t off = 0;
+		int r;
+
+		if (c->tx_dead || __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
+			break; /* broken only ever goes true; flush drops the rest */
+		if (c->tx_cur) {
+			e = c->tx_cur;
+			off = c->tx_off;
+			c->tx_cur = NULL;
+		} else {
+			e = c->txq_head;
+			if (!e)
+				break;
+			c->txq_head = e->next;
+			if (!c->txq_head)
+				c->txq_tail = NULL;
+		}
+		pthread_mutex_unlock(&c->tx_mu);
+		unsigned delay = atomic_load_explicit(&c->delay_us, memory_order_relaxed);
+		if (delay && off == 0)
+			usleep(delay);
+		r = tx_write(c, e, &off, mode);
+		pthread_mutex_lock(&c->tx_mu);
+		if (r == -EAGAIN) {
+			c->tx_cur = e;
+			c->tx_off = off;
+			c->helper_wanted = true;
+			pthread_cond_signal(&c->helper_cond);
+			return; /* the helper is the writer now */
+		}
+		txe_release(e);
+		if (r < 0) {
+			pthread_mutex_unlock(&c->tx_mu);
+			if (r != -EPIPE && r != -ECONNRESET)
+				dkv_warn("net: write to %s failed: %s", c->peer, dkv_strerror(r));
+			ns_conn_break(c, r == -EPIPE ? -ECONNRESET : r);
+			pthread_mutex_lock(&c->tx_mu);
+		}
+	}
+	c->writer_active = false;
+	/* Waking nobody on the fast path matters: a futex wake per frame
+	 * costs more than the frame. */
+	if (c->tx_idle_waiters)
+		pthread_cond_broadcast(&c->tx_cond);
+}
+
+/* Queue e and write it unless another thread is writing.  0 or -ENOTCONN
+ * (e released). */
+int ns_tx_submit(struct ns_conn *c, struct ns_txe *e, enum tx_mode mode)
+{
+	e->next = NULL;
+	pthread_mutex_lock(&c->tx_mu);
+	if (c->tx_dead) {
+		pthread_mutex_unlock(&c->tx_mu);
+		txe_release(e);
+		return -ENOTCONN;
+	}
+	if (c->txq_tail)
+		c->txq_tail->next = e;
+	else
+		c->txq_head = e;
+	c->txq_tail = e;
+	if (!c->writer_active) {
+		c->writer_active = true;
+		tx_drain(c, mode);
+	}
+	pthread_mutex_unlock(&c->tx_mu);
+	return 0;
+}
+
+void *ns_tx_main(void *arg)
+{
+	struct ns_conn *c = arg;
+	pthread_setname_np(pthread_self(), "net-tx");
+	pthread_mutex_lock(&c->tx_mu);
+	while (!c->helper_stop) {
+		if (c->helper_wanted) {
+			c->helper_wanted = false;
+			tx_drain(c, TX_BLOCK);
+			continue;
+		}
+		pthread_cond_wait(&c->helper_cond, &c->tx_mu);
+	}
+	pthread_mutex_unlock(&c->tx_mu);
+	return NULL;
+}
+
+static struct ns_txe *txe_new(const struct ns_hdr *h, const uint8_t *payload, size_t plen,
+			      int pass_fd)
+{
+	struct ns_txe *e;
+
+	assert(plen <= NS_CTRL_MAX);
+	e = malloc(sizeof(*e));
+	if (!e)
+		return NULL;
+	e->next = NULL;
+	ns_hdr_encode(e->hdr, h);
+	if (plen)
+		memcpy(e->inl, payload, plen);
+	e->data = e->inl;
+	e->dlen = plen;
+	e->pass_fd = -1;
+	e->heap = true;
+	if (pass_fd >= 0) {
+		/* The frame owns its own copy: the registration may go away
+		 * before the frame leaves. */
+		e->pass_fd = fcntl(pass_fd, F_DUPFD_CLOEXEC, 0);
+		if (e->pass_fd < 0) {
+			free(e);
+			return NULL;
+		}
+	}
+	return e;
+}
+
+/* Queue a small frame from the rx thread (answers): never blocks. */
+int ns_tx_answer(struct ns_conn *c, uint8_t op, uint64_t seq, int status)
+{
+	struct ns_hdr h = {.op = op, .seq = seq, .status = status};
+	struct ns_txe *e = txe_new(&h, NULL, 0, -1);
+	if (!e)
+		return -ENOMEM;
+	return ns_tx_submit(c, e, TX_NOBLOCK);
+}
+
+/* Control frame (announcements) from an application thread. */
+void ns_tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_t plen, int pass_fd)
+{
+	struct ns_hdr h = {.op = op, .len = (uint32_t)plen};
+	struct ns_txe *e = txe_new(&h, payload, plen, pass_fd);
+	if (!e) {
+		ns_conn_break(c, -ENOMEM);
+		return;
+	}
+	ns_tx_submit(c, e, TX_NOBLOCK);
+}
+
+/* ------------------------------------------------------------------ */
+/* breaking and flushing                                              */
+
+/* Mark c broken (first error wins).  mu held; the caller shuts the socket
+ * down (ns_conn_break) once it dropped mu. */
+static void set_broken_locked(struct ns_conn *c, int err)
+{
+	if (c->broken)
+		return;
+	__atomic_store_n(&c->broken, true, __ATOMIC_RELAXED);
+	c->err = err;
+	if (err != -ECONNRESET && err != -ECANCELED)
+		dkv_info("net: connection to %s broken: %s", c->peer, dkv_strerror(err));
+}
+
+void ns_conn_break(struct ns_conn *c, int err)
+{
+	pthread_mutex_lock(&c->mu);
+	set_broken_locked(c, err);
+	pthread_mutex_unlock(&c->mu);
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+/* An answer carries an error: as on RDMA the QP goes to error, so the
+ * connection is broken before the WR's completion can be seen.  mu held. */
+void ns_slot_fail_and_break(struct ns_conn *c, struct ns_slot *s, int status)
+{
+	set_broken_locked(c, -ECONNRESET);
+	ns_slot_complete(c, s, status);
+}
+
+/* rx thread only, after it stopped touching user memory. */
+void ns_conn_flush(struct ns_conn *c)
+{
+	struct ns_unexp *u;
+	int err;
+
+	pthread_mutex_lock(&c->tx_mu);
+	c->tx_dead = true;
+	/* The writer (a poster, or the helper if it owns the queue) sees
+	 * tx_dead at its next frame and leaves. */
+	c->tx_idle_waiters++;
+	while (c->writer_active)
+		pthread_cond_wait(&c->tx_cond, &c->tx_mu);
+	c->tx_idle_waiters--;
+	txe_release(c->tx_cur);
+	c->tx_cur = NULL;
+	while (c->txq_head) {
+		struct ns_txe *e = c->txq_head;
+		c->txq_head = e->next;
+		txe_release(e);
+	}
+	c->txq_tail = NULL;
+	pthread_mutex_unlock(&c->tx_mu);
+
+	pthread_mutex_lock(&c->mu);
+	err = c->err ? c->err : -ECONNRESET;
+	c->flushed = true;
+	for (uint64_t s = c->sq_head; s != c->sq_tail; s++) {
+		struct ns_slot *sl = &c->sq[s % c->sq_cap];
+		if (!sl->done && !sl->local_busy)
+			ns_slot_complete(c, sl, err);
+	}
+	while (c->rq_head != c->rq_tail) {
+		struct ns_recv *r = &c->rq[c->rq_head++ % c->rq_cap];
+		ns_recv_complete(c, r->wr_id, err, NET_WC_RECV, 0, 0);
+	}
+	while ((u = c->ux_head)) {
+		c->ux_head = u->next;
+		free(u);
+	}
+	c->ux_tail = NULL;
+	c->ux_count = 0;
+	c->ux_bytes = 0;
+	cq_kick(c);
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
