@@ -1,4 +1,4 @@
-/* tests/memnode/test_rpc.c — the RPC layer (net/rpc.c): round trips, large
+/* tests/memnode/test_rpc.c — the RPC layer (net/rpc.c, net/rpc_server.c): round trips, large
  * pulled arguments, concurrency, async replies, malformed input. */
 #include <pthread.h>
 #include <stdatomic.h>
