@@ -23,7 +23,9 @@
  * chunks writes them early ("early flush") after first putting an intent key
  * (data id -> committed size), so a crash before the commit leaves at worst
  * chunks that the next mount deletes: a file is always its old content or
- * its new one, never garbage.
+ * its new one, never garbage.  An early flush that would overwrite chunks the
+ * committed record names first moves the file to a fresh data id
+ * (cow_switch), so in-place overwrites keep that promise too.
  *
  * Invariant: stored chunk bytes never extend past the in-memory size (a
  * truncate below a stored chunk deletes or trims it in an immediate commit),
@@ -313,12 +315,94 @@ static int emit_chunk(struct fs_kv_batch *b, const struct fs_inode *ino, const s
 	return fs_kv_batch_put(b, key, sizeof(key), c->buf, n);
 }
 
+#define COW_BATCH_CHUNKS 16
+
+/* Does an early flush now write over chunks the committed record names? */
+static bool overwrites_committed(const struct fs_inode *ino)
+{
+	if (ino->rec.data_id != ino->committed_data_id)
+		return false;
+	for (size_t i = 0; i < ino->nchunks; i++)
+		if ((ino->chunks[i].idx << FS_CHUNK_SHIFT) < ino->committed_size)
+			return true;
+	return false;
+}
+
+/* Copy-on-write before an early flush that would overwrite committed
+ * chunks in place (dd conv=notrunc, rsync --inplace, a database's pages):
+ * move the file to a FRESH data id — under an intent key that makes the
+ * next mount delete it all if no commit names it — and copy every stored
+ * chunk that is not dirty there; the old id is retired, so the record keeps
+ * naming the old, whole content until the commit switches it in one batch.
+ * A crash in between leaves the old content, never a mix.  Costs one copy
+ * of the file's other chunks, once per commit interval. */
+static int cow_switch(struct fs_ctx *fs, struct fs_inode *ino)
+{
+	uint64_t old = ino->rec.data_id, id, n = (ino->rec.size + CH - 1) >> FS_CHUNK_SHIFT;
+	uint64_t upto = max3(ino->hwm, ino->rec.size, ino->committed_size);
+	struct fs_kv_batch *b = NULL;
+	size_t inb = 0;
+	int rc = fs_alloc_id(fs, &id);
+	if (rc)
+		return rc;
+	b = fs_kv_batch_create(fs->kv);
+	if (!b)
+		return -ENOMEM;
+	rc = fs_batch_put_intent(b, id, 0);
+	for (uint64_t idx = 0; idx < n && !rc; idx++) {
+		uint8_t okey[FS_CHUNK_KEY_LEN], nkey[FS_CHUNK_KEY_LEN];
+		void *v = NULL;
+		size_t vl = 0;
+		if (dirty_find(ino, idx))
+			continue;
+		fs_key_chunk(okey, old, idx);
+		rc = fs_kv_get(fs->kv, okey, sizeof(okey), &v, &vl);
+		if (rc == -ENOENT) {
+			rc = 0; /* a hole stays a hole */
+			continue;
+		}
+		if (rc)
+			break;
+		fs_key_chunk(nkey, id, idx);
+		rc = fs_kv_batch_put(b, nkey, sizeof(nkey), v, vl);
+		free(v);
+		FS_COUNT(fs, cow_copied_chunks, 1);
+		if (!rc && ++inb == COW_BATCH_CHUNKS) {
+			rc = fs_kv_write(fs->kv, b, false);
+			fs_kv_batch_destroy(b);
+			b = rc ? NULL : fs_kv_batch_create(fs->kv);
+			if (!rc && !b)
+				rc = -ENOMEM;
+			inb = 0;
+		}
+	}
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, false);
+	fs_kv_batch_destroy(b);
+	if (!rc)
+		rc = fs_inode_retire(ino, old, upto);
+	if (rc) {
+		fs_reclaim(fs, id, 0, upto); /* the copies so far; the intent covers a crash */
+		return rc;
+	}
+	ino->rec.data_id = id;
+	ino->intent = true; /* the intent of the new id, written above */
+	FS_COUNT(fs, cow_switches, 1);
+	return 0;
+}
+
 /* Write every dirty chunk now, under an intent key (see the file comment). */
 static int early_flush(struct fs_ctx *fs, struct fs_inode *ino)
 {
-	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
+	struct fs_kv_batch *b;
 	uint64_t bytes = 0;
 	int rc = 0;
+	if (overwrites_committed(ino)) {
+		rc = cow_switch(fs, ino);
+		if (rc)
+			return rc;
+	}
+	b = fs_kv_batch_create(fs->kv);
 	if (!b)
 		return -ENOMEM;
 	if (!ino->intent)

@@ -37,6 +37,7 @@ struct fs_counters {
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
+	_Atomic uint64_t cow_switches, cow_copied_chunks;
 };
 #define FS_COUNT(fs, field, n) atomic_fetch_add_explicit(&(fs)->cnt.field, (n), memory_order_relaxed)
 

@@ -205,6 +205,54 @@ Test(inode, crash_during_rewrite_keeps_old_content)
 	free(b);
 }
 
+/* In-place overwrite (dd conv=notrunc, rsync --inplace): more dirty chunks
+ * than max_dirty force early flushes; a crash before the commit must leave
+ * the old content whole (copy-on-write to a fresh data id), a commit the new
+ * content whole, and neither leaves chunks or intents behind. */
+Test(inode, crash_during_in_place_overwrite_keeps_old_content)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	size_t len = 3u << 20, part = (2u << 20) + 12345, off = 100000;
+	uint8_t *a = malloc(len), *b = malloc(len), *want = malloc(len);
+	fill(a, len, 5);
+	fill(b, len, 6);
+	memcpy(want, a, len);
+	memcpy(want + off, b, part);
+	struct fs_inode *ino = create(fs, "/f");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)a, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	size_t chunks_a = count_prefix(kv, FS_CHUNK_PREFIX);
+	/* overwrite ~2 MiB in the middle, crash before close */
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, part, off), (int)part);
+	pthread_mutex_unlock(&ino->mu);
+	cr_assert_gt(atomic_load(&fs->cnt.early_flushes), 0, "no early flush: the test tests nothing");
+	cr_assert_gt(atomic_load(&fs->cnt.cow_switches), 0);
+	fs_drop(fs);
+	fs = open_fs(kv, 2);
+	check_content(fs, "/f", a, len);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a, "the crash left chunks behind");
+	/* the same overwrite, committed: the new content, nothing left over */
+	cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, part, off), (int)part);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	check_content(fs, "/f", want, len);
+	fs_drop(fs);
+	fs = open_fs(kv, 2);
+	check_content(fs, "/f", want, len);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(a);
+	free(b);
+	free(want);
+}
+
 Test(inode, crash_during_append_trims_to_committed_size)
 {
 	struct fs_kv *kv = fs_kv_mem_create(0);
