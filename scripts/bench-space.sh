@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# scripts/bench-space.sh — does space come back after rm, on a mounted volume?
+#
+# Mounts dkvfs with an embedded memory node of SIZE (3G) whose backing file
+# lives in DIR (a temp dir under /var/tmp, a real disk, so `du` shows what the
+# node really holds), then ROUNDS (10) times writes one FILE_MB (1024) MiB file
+# of random bytes and removes it.  After each round, and WAIT (30) s after the
+# last one, it prints the volume's `df` use, the memory node's RSS and the
+# backing file's allocated bytes, against the same figures of the empty
+# volume measured first:
+#
+#   RESULT bench=space_round round=N write_ok=1 df_used_mb=.. rss_mb=.. file_mb=..
+#   RESULT bench=space_after_wait df_used_mb=.. df_used_pct=.. rss_mb=.. file_mb=..
+#          empty_df_used_mb=.. empty_rss_mb=.. empty_file_mb=.. enospc_rounds=..
+#
+# Environment: BUILD (build), SIZE, ROUNDS, FILE_MB, WAIT, DIR.  Always
+# unmounts and removes its directory, also on failure or ^C.
+set -uo pipefail
+BUILD=${BUILD:-build}
+SIZE=${SIZE:-3G}
+ROUNDS=${ROUNDS:-10}
+FILE_MB=${FILE_MB:-1024}
+WAIT=${WAIT:-30}
+DIR=${DIR:-$(mktemp -d /var/tmp/dkvfs-space.XXXXXX)}
+MNT=$DIR/mnt
+DATA=$DIR/data
+
+cleanup() {
+	fusermount3 -u -z "$MNT" 2>/dev/null
+	timeout 20 flock "$DATA/lock" true 2>/dev/null
+	rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+mkdir -p "$MNT" "$DATA" || exit 1
+
+used_mb() { df -B1M --output=used "$MNT" | tail -1 | tr -d ' '; }
+size_mb() { df -B1M --output=size "$MNT" | tail -1 | tr -d ' '; }
+node_pid() { pgrep -f -- "--backing $DATA/region" | head -1; }
+rss_mb() { awk '/VmRSS/ { printf "%d", $2 / 1024 }' /proc/"$(node_pid)"/status; }
+file_mb() { echo $(( $(stat -c %b "$DATA/region") * 512 / 1048576 )); }
+
+"$BUILD/dkvfs" -o "data_dir=$DATA,memnode_size=$SIZE" "$MNT" || exit 1
+e_df=$(used_mb) e_rss=$(rss_mb) e_file=$(file_mb)
+echo "empty volume: df ${e_df} MiB used of $(size_mb), node RSS ${e_rss} MiB, backing file ${e_file} MiB"
+head -c $((FILE_MB << 20)) /dev/urandom > "$DIR/src" || exit 1
+enospc=0
+for r in $(seq 1 "$ROUNDS"); do
+	ok=1
+	cp "$DIR/src" "$MNT/big" 2>/dev/null || { ok=0; enospc=$((enospc + 1)); }
+	rm -f "$MNT/big"
+	echo "RESULT bench=space_round round=$r write_ok=$ok df_used_mb=$(used_mb)" \
+	     "rss_mb=$(rss_mb) file_mb=$(file_mb)"
+done
+sleep "$WAIT"
+u=$(used_mb)
+echo "RESULT bench=space_after_wait df_used_mb=$u df_used_pct=$((u * 100 / $(size_mb)))" \
+     "rss_mb=$(rss_mb) file_mb=$(file_mb) empty_df_used_mb=$e_df empty_rss_mb=$e_rss" \
+     "empty_file_mb=$e_file enospc_rounds=$enospc"
+grep -E '^(delete_flushes|tombstone_compactions|slab_discards|volume_full|flushes|compactions):' \
+	"$MNT/.dkvfs/stats"
