@@ -42,6 +42,7 @@
 #include "common/err.h"
 #include "common/ikey.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 #include "engine/compaction_int.h"
 #include "engine/eng_int.h"
 #include "memnode/mn_compact.h"
@@ -73,6 +74,7 @@ struct eng_compaction {
 	int manual_err;          /* mu */
 	uint64_t done;           /* mu: compactions finished (or failed) */
 	int last_err;            /* mu */
+	struct dkv_ratelimit fail_rl; /* a full node fails every retry: one line per 30 s */
 	atomic_bool cancel;
 	/* thread only */
 	uint8_t *ptr[ENG_LEVELS];
@@ -1007,7 +1009,9 @@ static void *comp_main(void *arg)
 		if (r < 0 && r != -ECANCELED && !c->stop) {
 			struct timespec ts;
 
-			dkv_warn("compaction failed: %s (will retry)", dkv_strerror(r));
+			dkv_log_rl(&c->fail_rl, DKV_LOG_WARN,
+				   "compaction failed: %s (retrying every %d ms)", dkv_strerror(r),
+				   COMP_RETRY_MS);
 			eng_deadline_in(&ts, COMP_RETRY_MS);
 			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 			c->work = true;
@@ -1028,6 +1032,7 @@ int eng_compaction_start(struct eng_db *db)
 	pthread_mutex_init(&c->mu, NULL);
 	eng_cond_init(&c->cv);
 	eng_cond_init(&c->done_cv);
+	dkv_ratelimit_init(&c->fail_rl, 30000, 1);
 	atomic_init(&c->cancel, false);
 	c->work = true; /* the recovered tree may need work */
 	db->comp = c;
@@ -1057,6 +1062,7 @@ void eng_compaction_stop(struct eng_db *db)
 	for (int l = 0; l < ENG_LEVELS; l++)
 		free(c->ptr[l]);
 	pthread_mutex_destroy(&c->mu);
+	dkv_ratelimit_release(&c->fail_rl);
 	pthread_cond_destroy(&c->cv);
 	pthread_cond_destroy(&c->done_cv);
 	db->comp = NULL;

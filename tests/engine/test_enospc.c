@@ -1,6 +1,7 @@
 /* tests/engine/test_enospc.c — a tiny memory node fills up: writes fail with
  * -ENOSPC, nothing acknowledged is harmed, reads keep working, and the
  * volume still reopens. */
+#include "common/err.h"
 #include "tests/engine/eng_test.h"
 
 #define MAXK 40000
@@ -115,6 +116,111 @@ Test(enospc, deleting_frees_space_again, .timeout = 50)
 			break;
 	}
 	cr_assert_eq(r, 0, "write %u after deleting %u values: %d", m, n, r);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* Ingest into a small node, the writer killed (SIGKILL) at random instants
+ * and the volume reopened, again and again until the node is full (issue 9:
+ * a volume filled that way wedged - every later open failed deletes and small
+ * writes with ENOSPC, and compaction looped on "No space left").  Then the
+ * reopened volume must still take deletes and metadata-sized writes, and once
+ * everything is deleted, large writes again. */
+/* Open, retrying while the killed writer's lease is still ending. */
+static int open_retry(const struct eng_options *o, eng_db **db)
+{
+	int r = -DKV_E_LEASE;
+
+	for (int t = 0; t < 100 * test_time_scale() && r == -DKV_E_LEASE; t++) {
+		r = eng_open(o, db);
+		if (r == -DKV_E_LEASE)
+			usleep(50000);
+	}
+	return r;
+}
+
+static void ingest_child(const struct eng_options *o, unsigned round)
+{
+	static char v[16384];
+	eng_db *db;
+	int r;
+
+	if (open_retry(o, &db))
+		_exit(2);
+	for (unsigned i = 0;; i++) {
+		char k[48];
+		size_t kl = (size_t)snprintf(k, sizeof(k), "r%03u-%07u", round, i);
+
+		memset(v, (int)(round * 31 + i), sizeof(v));
+		r = eng_put(db, NULL, k, kl, v, sizeof(v));
+		if (r == -ENOSPC)
+			_exit(3);
+		if (r)
+			_exit(4);
+	}
+}
+
+Test(enospc, killed_ingest_on_full_node_heals, .timeout = 120)
+{
+	struct tnode node;
+	struct eng_options o;
+	unsigned seed = 99, round, full = 0, keys = 0;
+	static char v[65536];
+	eng_db *db;
+	eng_iter *it;
+	int r;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 1u << 20;
+	o.slab_size = 2u << 20;
+	for (round = 0; round < 40 && full < 3; round++) {
+		pid_t pid = fork();
+		int status;
+
+		cr_assert(pid >= 0);
+		if (pid == 0)
+			ingest_child(&o, round);
+		usleep((useconds_t)(50000 + rand_r(&seed) % 250000) * (useconds_t)test_time_scale());
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		if (WIFEXITED(status)) {
+			cr_assert_eq(WEXITSTATUS(status), 3, "round %u: writer failed (%d), not ENOSPC",
+				     round, WEXITSTATUS(status));
+			full++;
+		}
+	}
+	cr_assert_geq(full, 1, "the node never filled in %u rounds", round);
+	/* Reopen the full volume: it opens, deletes and small writes work. */
+	cr_assert_eq(open_retry(&o, &db), 0, "the full volume does not open");
+	cr_assert_eq(eng_put(db, NULL, "meta", 4, "x", 1), 0, "small write on the full volume");
+	cr_assert_eq(eng_iter_create(db, NULL, NULL, 0, NULL, 0, &it), 0);
+	for (r = eng_iter_first(it); r == 0; r = eng_iter_next(it)) {
+		size_t kl;
+		const void *k = eng_iter_key(it, &kl);
+
+		cr_assert_eq(eng_delete(db, NULL, k, kl), 0, "delete on the full volume");
+		keys++;
+	}
+	cr_assert_eq(r, 1);
+	eng_iter_destroy(it);
+	cr_assert_gt(keys, 100);
+	/* Deletes turn into free space without further writes: large writes
+	 * work again within 30 s. */
+	memset(v, 7, sizeof(v));
+	for (int t = 0; t < 300; t++) {
+		r = eng_put(db, NULL, "big", 3, v, sizeof(v));
+		if (r != -ENOSPC)
+			break;
+		usleep(100000);
+	}
+	cr_assert_eq(r, 0, "large write after deleting %u keys: %d", keys, r);
+	for (unsigned i = 0; i < 200 && !r; i++) {
+		char k[32];
+
+		r = eng_put(db, NULL, k, tkey(k, sizeof(k), i), v, sizeof(v));
+	}
+	cr_assert_eq(r, 0, "13 MiB of writes after deleting everything: %d", r);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
