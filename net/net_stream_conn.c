@@ -44,6 +44,7 @@ static void conn_free(struct ns_conn *c)
 	free(c->rcq);
 	free(c->rd.buf);
 	pthread_mutex_destroy(&c->rx_mu);
+	pthread_cond_destroy(&c->rx_cond);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->tx_mu);
@@ -70,12 +71,13 @@ static int conn_new(struct ns_domain *d, int fd, const struct net_conn_opts *o, 
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, &ca);
-	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->tx_mu, NULL);
 	pthread_cond_init(&c->tx_cond, NULL);
 	pthread_cond_init(&c->helper_cond, NULL);
 	pthread_rwlock_init(&c->rlock, NULL);
 	pthread_mutex_init(&c->rx_mu, NULL);
+	pthread_cond_init(&c->rx_cond, &ca);
+	pthread_condattr_destroy(&ca);
 	c->rd.c = c;
 	c->rd.last_check = now_ns();
 	c->rd.buf = malloc(NS_RXBUF);

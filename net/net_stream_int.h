@@ -22,10 +22,12 @@
  *              peer answers every request frame in order (READ_RESP or ACK),
  *              and completions are handed out strictly in posting order: a
  *              slot is reaped only when it and every older slot are done.
- *   responder  the rx thread ("net-rx") decodes the peer's frames and serves
- *              READ/WRITE/WRITE_IMM/SEND against this side's registrations,
- *              checking rkey, bounds and access as a NIC would.  A violation
- *              is answered with -DKV_E_GRANT and breaks the connection.
+ *   responder  the thread serving input (a net_poll caller driving the
+ *              connection, else the rx thread "net-rx") decodes the peer's
+ *              frames and serves READ/WRITE/WRITE_IMM/SEND against this
+ *              side's registrations, checking rkey, bounds and access as a
+ *              NIC would.  A violation is answered with -DKV_E_GRANT and
+ *              breaks the connection.
  *
  * Output: one tx queue per connection.  Whoever appends to an idle queue
  * becomes the writer and drains it with MSG_DONTWAIT; when the socket is
@@ -230,9 +232,13 @@ struct ns_conn {
 	bool writer_active, helper_wanted, helper_stop, tx_dead;
 	atomic_uint delay_us;
 
-	/* Input, read and served by whoever holds rx_mu: the rx thread (a
-	 * spinning poller could serve it too; measured no gain on 2 vCPUs). */
+	/* Input, read and served by whoever holds rx_mu: a thread waiting in
+	 * net_poll (it drives the connection itself, as ibv_poll_cq runs in the
+	 * caller's thread) or else the rx thread, which serves unsolicited
+	 * traffic and parks on rx_cond while pollers > 0. */
 	pthread_mutex_t rx_mu;
+	pthread_cond_t rx_cond; /* the rx thread parks here (rx_mu) */
+	atomic_uint pollers;	/* threads driving the connection from net_poll */
 	struct ns_reader rd;
 	int inbox[NS_FD_INBOX]; /* fds received with frames (rx_mu) */
 	unsigned ninbox;
@@ -324,6 +330,15 @@ int ns_inbox_pop(struct ns_conn *c);
 int ns_rd_read(struct ns_reader *rd, void *dst, size_t n);
 int ns_ux_drain(struct ns_conn *c);
 void *ns_rx_main(void *arg);
+/* A poller's share of the rx thread's job: serve the input that is ready,
+ * if no other thread is serving it.  Blocks only inside a partly arrived
+ * frame (bounded by op_timeout).  0; 1 when another thread is serving it;
+ * or the error that broke c. */
+int ns_rx_progress(struct ns_conn *c);
+/* Enter and leave the set of pollers driving c; leaving as the last one
+ * hands the input back to the rx thread. */
+void ns_poller_enter(struct ns_conn *c);
+void ns_poller_leave(struct ns_conn *c);
 
 /* ---- net_stream_map.c ---- */
 void ns_announce_mr(struct ns_conn *c, const struct ns_mr *m);

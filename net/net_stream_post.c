@@ -4,6 +4,8 @@
 #include "net/net_stream_int.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "common/coding.h"
@@ -208,11 +210,37 @@ static int reap(struct ns_conn *c, struct net_wc *wc, int max)
 	return n;
 }
 
+/* One step of a poller driving c: serve the ready input itself, then wait
+ * for the socket or for a completion from another path (the local mapping
+ * path, a flush) on the eventfd: poll(0) while spinning, else blocking up
+ * to deadline. */
+static void drive(struct ns_conn *c, unsigned gen, uint64_t spin_end, uint64_t deadline)
+{
+	struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->efd, .events = POLLIN}};
+
+	int r = ns_rx_progress(c);
+	if (r < 0 || atomic_load(&c->gen) != gen)
+		return;
+	if (r > 0) {
+		sched_yield(); /* the input is being served; its completion is near */
+		return;
+	}
+	if (now_ns() < spin_end) {
+		/* Spin before blocking: a wakeup costs ~100 us on small VMs.
+		 * The yield lets the peer run when CPUs are scarce. */
+		if (poll(p, 2, 0) == 0)
+			sched_yield();
+		return;
+	}
+	poll(p, 2, ms_left(deadline));
+}
+
 int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 {
 	struct ns_conn *c = to_conn(cc);
 	uint64_t deadline = ns_deadline_after(timeout_ms);
-	bool spun = false;
+	uint64_t spin_end = 0;
+	bool driving = false;
 	int n;
 
 	pthread_mutex_lock(&c->mu);
@@ -220,20 +248,30 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 		n = reap(c, wc, max);
 		if (n || timeout_ms == 0)
 			break;
-		if (!spun) {
-			/* Spin before blocking: a cross-CPU wakeup costs ~100 us here. */
-			unsigned g = atomic_load(&c->gen);
-			uint64_t end = now_ns() + NS_SPIN_NS;
-			pthread_mutex_unlock(&c->mu);
-			while (atomic_load(&c->gen) == g && now_ns() < end)
-				sched_yield();
-			pthread_mutex_lock(&c->mu);
-			spun = true;
-			continue;
-		}
 		uint64_t now = now_ns();
 		if (now >= deadline)
 			break;
+		if (!c->broken) {
+			/* No hand-off: this thread reads and serves the input. */
+			unsigned g = atomic_load(&c->gen);
+			pthread_mutex_unlock(&c->mu);
+			if (!driving) {
+				ns_poller_enter(c);
+				driving = true;
+				spin_end = now + NS_SPIN_NS;
+			}
+			drive(c, g, spin_end, deadline);
+			pthread_mutex_lock(&c->mu);
+			continue;
+		}
+		if (driving) {
+			/* Broken: only the rx thread flushes; let it run. */
+			pthread_mutex_unlock(&c->mu);
+			ns_poller_leave(c);
+			driving = false;
+			pthread_mutex_lock(&c->mu);
+			continue;
+		}
 		uint64_t until = deadline < now + 1000000000ull ? deadline : now + 1000000000ull;
 		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 				      .tv_nsec = (long)(until % 1000000000ull)};
@@ -242,6 +280,8 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 		c->waiters--;
 	}
 	pthread_mutex_unlock(&c->mu);
+	if (driving)
+		ns_poller_leave(c);
 	return n;
 }
 

@@ -109,6 +109,10 @@ static int rx_wait(struct ns_conn *c, uint64_t *last_check)
 
 		/* Spin briefly: a blocked wakeup costs ~100 us on small VMs.  The
 		 * yield lets the poller or the peer run when CPUs are scarce. */
+		/* Between frames, a poller driving the connection takes over:
+		 * go back and park instead of competing for the input. */
+		if (last_check && atomic_load_explicit(&c->pollers, memory_order_relaxed))
+			return 0;
 		bool spin = now_ns() < spin_end;
 		r = poll(&p, 1, spin ? 0 : NS_TICK_MS);
 		if (r == 0 && spin)
@@ -470,6 +474,53 @@ static int rx_serve(struct ns_conn *c)
 	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -ECONNRESET : r;
 }
 
+/* The rx thread's idle state while pollers drive the connection: wait on
+ * rx_cond (rx_mu held), still enforcing op deadlines every tick. */
+static int rx_park(struct ns_conn *c, uint64_t *last_check)
+{
+	while (atomic_load(&c->pollers) && !__atomic_load_n(&c->broken, __ATOMIC_RELAXED)) {
+		uint64_t until = now_ns() + NS_TICK_MS * 1000000ull;
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+				      .tv_nsec = (long)(until % 1000000000ull)};
+		pthread_cond_timedwait(&c->rx_cond, &c->rx_mu, &ts);
+		uint64_t now = now_ns();
+		if (now - *last_check >= NS_TICK_MS * 1000000ull) {
+			*last_check = now;
+			if (op_expired(c, now))
+				return -ETIMEDOUT;
+		}
+	}
+	return 0;
+}
+
+int ns_rx_progress(struct ns_conn *c)
+{
+	int err;
+	if (pthread_mutex_trylock(&c->rx_mu))
+		return 1; /* another thread is serving the input */
+	err = rx_serve(c);
+	pthread_mutex_unlock(&c->rx_mu);
+	if (err)
+		ns_conn_break(c, err); /* the rx thread flushes once we leave */
+	return err;
+}
+
+void ns_poller_enter(struct ns_conn *c)
+{
+	atomic_fetch_add(&c->pollers, 1);
+}
+
+void ns_poller_leave(struct ns_conn *c)
+{
+	/* The rx thread tests pollers under rx_mu before it waits, so
+	 * signalling under rx_mu cannot be lost. */
+	if (atomic_fetch_sub(&c->pollers, 1) == 1) {
+		pthread_mutex_lock(&c->rx_mu);
+		pthread_cond_signal(&c->rx_cond);
+		pthread_mutex_unlock(&c->rx_mu);
+	}
+}
+
 void *ns_rx_main(void *arg)
 {
 	struct ns_conn *c = arg;
@@ -480,6 +531,8 @@ void *ns_rx_main(void *arg)
 	while (!err) {
 		pthread_mutex_lock(&c->rx_mu);
 		err = rx_serve(c);
+		if (!err)
+			err = rx_park(c, &last_check);
 		pthread_mutex_unlock(&c->rx_mu);
 		if (!err)
 			err = rx_wait(c, &last_check);
