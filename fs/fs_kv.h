@@ -46,6 +46,9 @@ struct fs_kv_ops {
 	int (*space)(struct fs_kv *kv, uint64_t *capacity, uint64_t *used);
 	/* Append "key: value\n" lines to buf (NUL-terminated); returns bytes. */
 	size_t (*stats)(struct fs_kv *kv, char *buf, size_t cap);
+	/* Compact everything down to the last level and wait (NULL: nothing to
+	 * compact).  Backs `dkvfs-ctl compact MOUNTPOINT`. */
+	int (*compact)(struct fs_kv *kv);
 	void (*destroy)(struct fs_kv *kv);
 };
 
@@ -100,6 +103,10 @@ void fs_kv_iter_destroy(struct fs_kv_iter *it); /* NULL ok */
 static inline int fs_kv_sync(struct fs_kv *kv)
 {
 	return kv->ops->sync(kv);
+}
+static inline int fs_kv_compact(struct fs_kv *kv)
+{
+	return kv->ops->compact ? kv->ops->compact(kv) : 0;
 }
 static inline int fs_kv_space(struct fs_kv *kv, uint64_t *capacity, uint64_t *used)
 {

@@ -157,6 +157,13 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 	return (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
+static int ke_compact(struct fs_kv *kv)
+{
+	int rc = eng_flush(db_of(kv));
+
+	return rc ? rc : eng_compact_all(db_of(kv));
+}
+
 static void ke_destroy(struct fs_kv *kv)
 {
 	free(kv);
@@ -180,6 +187,7 @@ static const struct fs_kv_ops kv_eng_ops = {
 	.sync = ke_sync,
 	.space = ke_space,
 	.stats = ke_stats,
+	.compact = ke_compact,
 	.destroy = ke_destroy,
 };
 

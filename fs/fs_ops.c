@@ -31,6 +31,7 @@
 
 #define STATS_DIR_INO  2
 #define STATS_FILE_INO 3
+#define CONTROL_FILE_INO 4
 #define STATS_CAP      (16u << 10)
 
 #define FH_MAGIC  0x66684b44u /* "DKhf": a file handle */
@@ -38,9 +39,10 @@
 
 struct fs_fh {
 	uint32_t magic;       /* FH_MAGIC */
-	struct fs_inode *ino; /* NULL: the stats file */
+	struct fs_inode *ino; /* NULL: the stats file (or the control file) */
 	char *stats;
 	size_t stats_len;
+	bool control;         /* /.dkvfs/compact, open for writing */
 };
 
 struct fs_dirh {
@@ -88,7 +90,10 @@ static int ret(struct fs_ctx *fs, int rc)
 	return -dkv_to_errno(rc);
 }
 
-/* 0: an ordinary path; 1: /.dkvfs; 2: /.dkvfs/stats; 3: anything else in /.dkvfs */
+/* 0: an ordinary path; 1: /.dkvfs; 2: /.dkvfs/stats; 3: anything else in
+ * /.dkvfs; 4: /.dkvfs/compact (write "compact" to it: a full compaction by
+ * this mount, which holds the volume's writer lease; dkvfs-ctl compact
+ * MOUNTPOINT does that) */
 static int special(const char *path)
 {
 	if (!path || strncmp(path, "/" FS_STATS_DIR, sizeof(FS_STATS_DIR)) != 0)
@@ -98,7 +103,7 @@ static int special(const char *path)
 		return 1;
 	if (*r != '/')
 		return 0;
-	return strcmp(r, "/stats") == 0 ? 2 : 3;
+	return strcmp(r, "/stats") == 0 ? 2 : strcmp(r, "/compact") == 0 ? 4 : 3;
 }
 
 static struct fs_key *key_alloc(int n)
@@ -124,8 +129,8 @@ static void special_stat(int sp, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_nlink = sp == 1 ? 2 : 1;
-	st->st_mode = sp == 1 ? (S_IFDIR | 0555) : (S_IFREG | 0444);
-	st->st_ino = sp == 1 ? STATS_DIR_INO : STATS_FILE_INO;
+	st->st_mode = sp == 1 ? (S_IFDIR | 0555) : sp == 4 ? (S_IFREG | 0200) : (S_IFREG | 0444);
+	st->st_ino = sp == 1 ? STATS_DIR_INO : sp == 4 ? CONTROL_FILE_INO : STATS_FILE_INO;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &st->st_mtim);
@@ -168,7 +173,7 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 	struct fs_fh *fh = fh_of(fi);
 	if (fh) {
 		if (!fh->ino) {
-			special_stat(2, st);
+			special_stat(fh->control ? 4 : 2, st);
 			st->st_size = (off_t)fh->stats_len;
 			return 0;
 		}
@@ -762,6 +767,9 @@ static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
 {
 	if (size < 0)
 		return -EINVAL;
+	struct fs_fh *cfh = fh_of(fi);
+	if ((cfh && cfh->control) || (!cfh && special(path) == 4))
+		return size == 0 ? 0 : -EINVAL; /* `echo compact > .dkvfs/compact` truncates first */
 	uint64_t s = (uint64_t)size;
 	/* through a handle: committed with the handle's data (close/fsync) */
 	return with_inode(path, fi, do_truncate, &s, false);
@@ -813,6 +821,21 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 		return -ENOENT;
 	if (sp == 1)
 		return -EISDIR;
+	if (sp == 4) {
+		struct fs_fh *fh;
+		if ((fi->flags & O_ACCMODE) != O_WRONLY)
+			return -EACCES;
+		if (fs->opts.read_only)
+			return -EROFS;
+		fh = calloc(1, sizeof(*fh));
+		if (!fh)
+			return -ENOMEM;
+		fh->magic = FH_MAGIC;
+		fh->control = true;
+		fi->fh = (uintptr_t)fh;
+		fi->direct_io = 1;
+		return 0;
+	}
 	if (sp == 2) {
 		if ((fi->flags & O_ACCMODE) != O_RDONLY)
 			return -EACCES;
@@ -911,6 +934,16 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
 {
 	struct fs_ctx *fs = FS();
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
+	if (fh->control) {
+		/* "compact" (a trailing newline is fine): run it, answer when done */
+		if (size < 7 || memcmp(buf, "compact", 7) || (size > 7 && strspn(buf + 7, "\n") != size - 7))
+			return -EINVAL;
+		dkv_info("compacting the volume (asked through .dkvfs/compact)");
+		int rc = fs_kv_compact(fs->kv);
+		if (rc)
+			dkv_warn("compaction asked through .dkvfs/compact failed: %s", dkv_strerror(rc));
+		return rc ? ret(fs, rc) : (int)size;
+	}
 	if (!fh->ino)
 		return -EBADF;
 	if (off < 0)
@@ -1098,7 +1131,7 @@ static int op_opendir(const char *path, struct fuse_file_info *fi)
 	dh->magic = DIR_MAGIC;
 	pthread_mutex_init(&dh->mu, NULL);
 	if (sp == 1) {
-		dh->rc = 1; /* /.dkvfs lists "stats" only */
+		dh->rc = 1; /* /.dkvfs lists "stats" and "compact" only */
 		dh->dir.len = 0;
 		dh->ino = STATS_DIR_INO;
 	} else {
@@ -1262,6 +1295,13 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 			if (filler(buf, "stats", &st, 3, ff))
 				goto out;
 			dh->pos = 3;
+		}
+		if (dh->pos == 3) {
+			struct stat st;
+			special_stat(4, &st);
+			if (filler(buf, "compact", &st, 4, ff))
+				goto out;
+			dh->pos = 4;
 		}
 		goto out;
 	}

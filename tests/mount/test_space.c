@@ -72,3 +72,45 @@ Test(space, rm_gives_space_back_while_mounted)
 		      (unsigned long long)(blocks / MiB), (unsigned long long)(blocks0 / MiB));
 	down();
 }
+
+static long stat_of(const char *name)
+{
+	char buf[64];
+
+	sh_out(buf, sizeof(buf), "sed -n 's/^%s: //p' %s/.dkvfs/stats", name, MNT);
+	return buf[0] ? atol(buf) : -1;
+}
+
+/* The mount holds the writer lease, so compaction of a mounted volume goes
+ * through it: `dkvfs-ctl compact MOUNTPOINT` (the owner only); the node-side
+ * command is refused with a line that names that command. */
+Test(space, ctl_compact_and_stats_of_a_mounted_volume)
+{
+	char out[4096];
+	long before;
+
+	cr_assert_eq(up(NULL), 0);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(sh("head -c 6000000 /dev/urandom > %s/src/f%d && cp %s/src/f%d %s/ && "
+				"sync %s/f%d", T, i, T, i, MNT, MNT, i), 0);
+	before = stat_of("compactions");
+	cr_assert_geq(before, 0);
+	sh_out(out, sizeof(out), "%s/dkvfs-ctl compact %s 2>&1; echo rc=$?", B, MNT);
+	cr_assert(strstr(out, "compacted: ") && strstr(out, "rc=0"), "ctl compact: %s", out);
+	cr_assert(strstr(out, "tables: "), "no stats after the compaction: %s", out);
+	cr_assert_gt(stat_of("compactions"), before, "no compaction ran");
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(sh("cmp -s %s/src/f%d %s/f%d", T, i, MNT, i), 0, "f%d changed", i);
+	/* not the owner: refused */
+	cr_assert_neq(sh("setpriv --reuid=65534 --regid=65534 --clear-groups %s/dkvfs-ctl compact "
+			 "%s 2>/dev/null", B, MNT), 0);
+	cr_assert_neq(sh("echo bogus > %s/.dkvfs/compact 2>/dev/null", MNT), 0);
+	/* the node-side command names the right one */
+	sh_out(out, sizeof(out), "%s/dkvfs-ctl --memnode=unix:%s/data/memnode.sock compact 2>&1; "
+				"echo rc=$?", B, T);
+	cr_assert(strstr(out, "is mounted") && strstr(out, "dkvfs-ctl compact MOUNTPOINT") &&
+		  strstr(out, "rc=1"), "refusal: %s", out);
+	sh_out(out, sizeof(out), "%s/dkvfs-ctl stats %s 2>&1 | grep -c '^tables: '", B, MNT);
+	cr_assert_str_eq(out, "1");
+	down();
+}

@@ -11,10 +11,12 @@
  * scripts can grep it.  Commands are a table.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/coding.h"
 #include "common/err.h"
@@ -152,8 +154,38 @@ static int cmd_volumes(const struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
+/* compact MOUNTPOINT: the mount holds the writer lease, so it does the work:
+ * write "compact" to MOUNTPOINT/.dkvfs/compact (answered when the full
+ * compaction is done), then print the mount's stats. */
+static int mount_compact(const char *mnt)
+{
+	char path[4096];
+	int fd, rc = 0;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/.dkvfs/compact", mnt) >= sizeof(path)) {
+		fprintf(stderr, "dkvfs-ctl: mount point path too long\n");
+		return 2;
+	}
+	fd = open(path, O_WRONLY);
+	if (fd < 0) {
+		fprintf(stderr, "dkvfs-ctl: %s: %s (is %s a dkvfs mount, and are you its owner?)\n",
+			path, strerror(errno), mnt);
+		return 1;
+	}
+	if (write(fd, "compact\n", 8) != 8) {
+		fprintf(stderr, "dkvfs-ctl: compact %s: %s (the mount's log says more)\n", mnt,
+			strerror(errno));
+		rc = 1;
+	}
+	close(fd);
+	if (!rc)
+		printf("compacted: %s\n", mnt);
+	return rc ? rc : mount_stats(mnt);
+}
+
 /* Open the volume as its writer (so it must not be mounted), compact every
- * level down into the deepest one on the memory node, report, close. */
+ * level down into the deepest one on the memory node, report, close.  With
+ * a MOUNTPOINT argument the mount does it instead (mount_compact). */
 static int cmd_compact(const struct ctl *x, int argc, char **argv)
 {
 	struct eng_options o;
@@ -161,6 +193,8 @@ static int cmd_compact(const struct ctl *x, int argc, char **argv)
 	eng_db *db = NULL;
 	int rc;
 
+	if (argc > 1)
+		return mount_compact(argv[1]);
 	if (!x->memnode) {
 		fprintf(stderr, "dkvfs-ctl: --memnode=HOST:PORT is required\n");
 		return 2;
@@ -175,8 +209,13 @@ static int cmd_compact(const struct ctl *x, int argc, char **argv)
 	o.create_if_missing = false;
 	rc = eng_open(&o, &db);
 	if (rc) {
-		fprintf(stderr, "dkvfs-ctl: cannot open volume %s: %s%s\n", o.volume,
-			dkv_strerror(rc), rc == -DKV_E_LEASE ? " (unmount it first)" : "");
+		if (rc == -DKV_E_LEASE)
+			fprintf(stderr, "dkvfs-ctl: volume %s is mounted (its mount holds the writer "
+				"lease): run `dkvfs-ctl compact MOUNTPOINT` on the machine that "
+				"mounts it\n", o.volume);
+		else
+			fprintf(stderr, "dkvfs-ctl: cannot open volume %s: %s\n", o.volume,
+				dkv_strerror(rc));
 		return 1;
 	}
 	eng_stats(db, &a);
@@ -204,7 +243,8 @@ static const struct {
 	{ "stats", cmd_stats,
 	  "capacity, use, volumes, clients and their grants, traffic; or: stats MOUNTPOINT" },
 	{ "volumes", cmd_volumes, "the volumes of the node, one per line" },
-	{ "compact", cmd_compact, "compact --volume (default \"default\") down to its last level" },
+	{ "compact", cmd_compact, "compact --volume (default \"default\") down to its last level "
+				  "(unmounted); or: compact MOUNTPOINT (a mounted volume)" },
 };
 
 static void usage(FILE *f)
