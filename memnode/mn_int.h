@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/ratelimit.h"
 #include "memnode/mn_region.h"
 #include "memnode/mn_server.h"
 #include "net/rpc.h"
@@ -67,7 +68,16 @@ struct mn_server {
 	unsigned nconns;
 
 	atomic_uint_fast64_t compactions, compaction_bytes_read, compaction_bytes_written;
+
+	/* Lines about refused peers (bad hello, wrong token, lease refused):
+	 * a peer can repeat them at will, so they pass through this limiter
+	 * (MN_BAD_PEER_BURST lines per MN_BAD_PEER_WINDOW_MS, then one line
+	 * with the suppressed count). */
+	struct dkv_ratelimit bad_peer_rl;
 };
+
+#define MN_BAD_PEER_WINDOW_MS 5000
+#define MN_BAD_PEER_BURST     10
 
 /* An op handler: replies (rpc_reply) exactly once, now or later. */
 typedef void (*mn_op_fn)(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,

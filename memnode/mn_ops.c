@@ -70,8 +70,9 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 		mn_conn_release(s, old);
 		rpc_sconn_close(old->sc);
 	} else if ((flags & MN_OPEN_WRITER) && (old || s->vs[v].jobs)) {
-		dkv_warn("lease refused to %s: volume %s has a writer (%s)", mc->peer, name,
-			 old ? old->peer : "a compaction of the previous one is ending");
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
+			   "lease refused to %s: volume %s has a writer (%s)", mc->peer, name,
+			   old ? old->peer : "a compaction of the previous one is ending");
 		pthread_mutex_unlock(&s->lock);
 		return reply_err(call, -DKV_E_LEASE);
 	}

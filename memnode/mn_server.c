@@ -134,12 +134,14 @@ static int srv_on_connect(void *user, const void *priv, size_t len, const char *
 
 	rc = mn_hello_decode(priv, len, &h);
 	if (rc == -DKV_E_VERSION)
-		dkv_warn("refused %s: protocol version %u (this node speaks %u)", peer, h.version,
-			 MN_PROTO_VERSION);
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
+			   "refused %s: protocol version %u (this node speaks %u)", peer, h.version,
+			   MN_PROTO_VERSION);
 	else if (rc)
-		dkv_warn("refused %s: malformed hello", peer);
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN, "refused %s: malformed hello", peer);
 	else if (s->need_token && !token_eq(h.token, h.token_len, s->token, s->token_len)) {
-		dkv_warn("auth failure from %s: wrong or missing token", peer);
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
+			   "auth failure from %s: wrong or missing token", peer);
 		rc = -DKV_E_TOKEN;
 	}
 	if (!rc) {
@@ -252,6 +254,7 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 	if (getrandom(&s->epoch, sizeof(s->epoch), 0) != sizeof(s->epoch))
 		s->epoch = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)s << 16);
 	pthread_mutex_init(&s->lock, NULL);
+	dkv_ratelimit_init(&s->bad_peer_rl, MN_BAD_PEER_WINDOW_MS, MN_BAD_PEER_BURST);
 	rc = mn_region_open(&s->rg, s->backing, s->o.size);
 	if (rc) {
 		dkv_err("cannot open the region%s%s: %s", s->backing ? " " : "",
@@ -262,6 +265,7 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 	return 0;
 
 out_lock:
+	dkv_ratelimit_release(&s->bad_peer_rl);
 	pthread_mutex_destroy(&s->lock);
 out_free:
 	free(s->listen);
@@ -379,6 +383,7 @@ void mn_server_destroy(struct mn_server *s)
 	mn_region_close(&s->rg);
 	pthread_mutex_destroy(&s->lock);
 	free(s->listen);
+	dkv_ratelimit_release(&s->bad_peer_rl);
 	free(s->backing);
 	free(s);
 }

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "memnode/mn_client_int.h"
+#include "memnode/mn_int.h"
 #include "memnode/mn_proto.h"
 #include "mn_test.h"
 #include "net/rpc.h"
@@ -124,6 +125,69 @@ Test(client, token)
 	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, "s3cret", 2000, &c), 0);
 	mn_client_close(c);
 	mn_server_destroy(s);
+}
+
+/* Count the lines of a captured log that contain `what`; *sup gets the
+ * largest "(N similar messages suppressed)" among them. */
+static unsigned count_lines(int fd, const char *what, unsigned long long *sup)
+{
+	static char buf[1 << 20];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	unsigned lines = 0;
+	char *p, *save = NULL;
+
+	*sup = 0;
+	cr_assert_geq(n, 0);
+	buf[n] = 0;
+	for (p = strtok_r(buf, "\n", &save); p; p = strtok_r(NULL, "\n", &save)) {
+		const char *q;
+		unsigned long long k;
+
+		if (!strstr(p, what))
+			continue;
+		lines++;
+		q = strrchr(p, '(');
+		if (q && sscanf(q, "(%llu similar messages suppressed)", &k) == 1 && k > *sup)
+			*sup = k;
+	}
+	return lines;
+}
+
+/* A flood of bad tokens costs a bounded number of log lines, and the next
+ * window's line says how many were dropped. */
+Test(client, bad_peer_log_lines_are_rate_limited, .timeout = 60)
+{
+	struct mn_server *s = mt_server(16 << 20, "s3cret");
+	struct mn_client *c = NULL;
+	const unsigned flood = 300;
+	unsigned long long sup;
+	FILE *log = tmpfile();
+	int saved = dup(2), fd;
+
+	cr_assert_not_null(log);
+	fd = fileno(log);
+	cr_assert_geq(saved, 0);
+	cr_assert_eq(dup2(fd, 2), 2);
+	for (unsigned i = 0; i < flood; i++)
+		cr_assert_eq(mt_open(mn_server_addr(s), "v", true, "wrong", 2000, &c),
+			     -DKV_E_TOKEN);
+	unsigned first = count_lines(fd, "auth failure", &sup);
+	/* The next window lets a line through, carrying the dropped count. */
+	usleep((MN_BAD_PEER_WINDOW_MS + 200) * 1000);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, "wrong", 2000, &c), -DKV_E_TOKEN);
+	unsigned total = count_lines(fd, "auth failure", &sup);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, "s3cret", 2000, &c), 0);
+	dup2(saved, 2);
+	close(saved);
+	fprintf(stderr, "bad-peer log: %u refusals -> %u lines, then 1 line reporting %llu\n",
+		flood + 1, total, sup);
+	cr_assert_geq(first, 1, "a refused peer is logged");
+	cr_assert_leq(first, MN_BAD_PEER_BURST, "%u lines for %u refusals", first, flood);
+	cr_assert_eq(total, first + 1);
+	cr_assert_eq(sup, flood - first, "the suppressed count is reported");
+	mn_client_close(c);
+	mn_server_destroy(s);
+	fclose(log);
 }
 
 Test(client, version_mismatch)
