@@ -203,7 +203,12 @@ int net_post_recv(struct net_conn *c, uint64_t wr_id, void *local, size_t len, u
 
 /* Reap up to max completions.  Waits up to timeout_ms (0: just look; -1:
  * until at least one) - spinning briefly before it blocks.  Returns the
- * number reaped (0 on timeout) or -errno. */
+ * number reaped (0 on timeout) or -errno.
+ * tcp and local: like ibv_poll_cq, the caller makes progress itself - it
+ * serves this connection's input that has arrived (even with timeout 0)
+ * instead of waiting for a hand-off from the rx thread; when a frame is
+ * only partly in it waits for the rest, up to the conn's op_timeout_ms,
+ * whatever timeout_ms says. */
 int net_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
 /* fd that becomes readable when completions are queued (level-triggered
  * until net_poll drains them); for epoll-based waits. */

@@ -240,14 +240,26 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 	struct ns_conn *c = to_conn(cc);
 	uint64_t deadline = ns_deadline_after(timeout_ms);
 	uint64_t spin_end = 0;
-	bool driving = false;
+	bool driving = false, progressed = false;
 	int n;
 
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		n = reap(c, wc, max);
-		if (n || timeout_ms == 0)
+		if (n)
 			break;
+		if (timeout_ms == 0) {
+			/* Like ibv_poll_cq: even a non-waiting poll makes progress,
+			 * serving the input that is ready if nobody else is. */
+			if (!progressed && !c->broken) {
+				progressed = true;
+				pthread_mutex_unlock(&c->mu);
+				ns_rx_progress(c);
+				pthread_mutex_lock(&c->mu);
+				continue;
+			}
+			break;
+		}
 		uint64_t now = now_ns();
 		if (now >= deadline)
 			break;
