@@ -337,6 +337,14 @@ static int pick_auto(struct eng_db *db, struct pick *p)
 	double best = (double)v->nfiles[0] / trig;
 	int lvl = 0, r = 0;
 
+	/* On a full volume a size-triggered merge rewrites live data into room
+	 * there is not; merges that let tombstones drop data give room back,
+	 * so they go first. */
+	if (atomic_load(&db->space_low)) {
+		r = pick_tombstones(db, p);
+		if (r)
+			return r;
+	}
 	for (int l = 1; l < ENG_LEVELS - 1; l++) {
 		double s = (double)level_bytes(v, l) / (double)level_target(db, l);
 
@@ -926,6 +934,12 @@ done:
 			  p->move ? ", moved" : "", (unsigned long long)(eng_now_us() - t0));
 		if (p->tombstones)
 			atomic_fetch_add(&db->st_tomb_compactions, 1);
+	} else {
+		dkv_debug(
+		    "compaction L%d->L%d: %zu+%zu tables, %zu chunks, %llu bytes%s%s failed: %s",
+		    p->level, p->out, p->na, p->n - p->na, nch, (unsigned long long)p->bytes,
+		    p->bottom ? ", bottommost" : "", p->tombstones ? ", for tombstones" : "",
+		    dkv_strerror(r));
 	}
 	return r;
 }
@@ -1012,6 +1026,11 @@ static void *comp_main(void *arg)
 			dkv_log_rl(&c->fail_rl, DKV_LOG_WARN,
 				   "compaction failed: %s (retrying every %d ms)", dkv_strerror(r),
 				   COMP_RETRY_MS);
+			/* A thread that keeps failing is never idle: the deletes
+			 * that would make room must still reach the tables. */
+			pthread_mutex_unlock(&c->mu);
+			eng_flush_deletes(db);
+			pthread_mutex_lock(&c->mu);
 			eng_deadline_in(&ts, COMP_RETRY_MS);
 			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 			c->work = true;

@@ -887,9 +887,11 @@ void eng_flush_deletes(struct eng_db *db)
 	pthread_mutex_lock(&db->mu);
 	dels = eng_mem_deletes(db->mem, &first);
 	/* Only when nothing waits for the flush thread: a busy writer's own
-	 * switches flush the deletes soon enough, and this must never stall. */
+	 * switches flush the deletes soon enough, and this must never stall.
+	 * On a full volume any delete is due: it is what gives room back. */
 	due = dels && db->nimm == 0 && !db->bg_error &&
-	      (dels >= ENG_DEL_FLUSH_COUNT || eng_now_us() - first >= ENG_DEL_FLUSH_AGE_US);
+	      (dels >= ENG_DEL_FLUSH_COUNT || eng_now_us() - first >= ENG_DEL_FLUSH_AGE_US ||
+	       atomic_load(&db->space_low));
 	pthread_mutex_unlock(&db->mu);
 	if (due && switch_mem(db) == 0)
 		atomic_fetch_add(&db->st_del_flushes, 1);

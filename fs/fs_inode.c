@@ -213,6 +213,30 @@ static void reclaim_all(struct fs_ctx *fs, struct fs_inode *ino)
 			fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
 }
 
+/* The last handle of a file whose last commit failed is gone: what it wrote
+ * since that commit is lost (its record still names the committed data).
+ * Give back now what the next mount's intent sweep would: the chunks of
+ * data ids it never committed, and those it flushed past the committed size
+ * of the committed id.  Until then they would sit on a volume that is often
+ * full (a failed commit is mostly ENOSPC), and the writes that fail there
+ * would each leave more behind.  A failure here leaves the intents, and the
+ * next mount reclaims. */
+static void reclaim_uncommitted(struct fs_ctx *fs, struct fs_inode *ino)
+{
+	uint64_t cur = is_chunked(ino) ? ino->rec.data_id : 0;
+	uint64_t upto = max3(0, ino->rec.size, ino->hwm);
+	if (cur && ino->intent) {
+		if (cur != ino->committed_data_id)
+			fs_reclaim(fs, cur, 0, upto);
+		else if (upto > ino->committed_size)
+			fs_reclaim(fs, cur, ino->committed_size, upto);
+	}
+	for (size_t i = 0; i < ino->nretired; i++)
+		if (ino->retired[i].data_id != ino->committed_data_id &&
+		    ino->retired[i].data_id != cur)
+			fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
+}
+
 void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino)
 {
 	if (!ino)
@@ -231,9 +255,13 @@ void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino)
 
 	if (atomic_load(&ino->unlinked))
 		reclaim_all(fs, ino);
-	else if (ino->dirty)
-		dkv_err("inode %" PRIu64 " closed with uncommitted changes (its last commit failed)",
+	else if (ino->dirty) {
+		dkv_err("inode %" PRIu64
+			" closed with uncommitted changes (its last commit failed): "
+			"they are dropped and their space given back",
 			ino->ino);
+		reclaim_uncommitted(fs, ino);
+	}
 	inode_free(ino);
 }
 

@@ -618,13 +618,22 @@ static void job_finish(struct job *j, int r)
 		}
 	}
 	if (r) {
+		uint64_t free_b;
+
 		pthread_mutex_lock(&s->lock);
 		for (size_t i = 0; i < j->nouts; i++)
 			mn_free(&s->rg, j->vol, MN_KIND_NODE, j->outs[i].off);
 		s->vs[j->vol].jobs--;
+		free_b = (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE;
 		pthread_mutex_unlock(&s->lock);
 		if (r != -ECANCELED)
-			dkv_warn("compaction of %u tables failed: %s", j->nin, dkv_strerror(r));
+			dkv_log_rl(
+			    &s->comp_fail_rl, DKV_LOG_WARN,
+			    "compaction of %u tables (%llu MiB) failed: %s (%llu MiB of output "
+			    "written, %llu MiB free on the node); the client retries",
+			    j->nin, (unsigned long long)(in_bytes >> 20), dkv_strerror(r),
+			    (unsigned long long)(j->out_bytes >> 20),
+			    (unsigned long long)(free_b >> 20));
 		else
 			dkv_info("compaction of %u tables cancelled; outputs freed", j->nin);
 		rpc_reply(j->call, r, NULL, 0);

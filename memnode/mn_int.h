@@ -74,6 +74,7 @@ struct mn_server {
 	 * (MN_BAD_PEER_BURST lines per MN_BAD_PEER_WINDOW_MS, then one line
 	 * with the suppressed count). */
 	struct dkv_ratelimit bad_peer_rl;
+	struct dkv_ratelimit comp_fail_rl; /* a full node fails every retry */
 };
 
 #define MN_BAD_PEER_WINDOW_MS 5000

@@ -255,6 +255,7 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 		s->epoch = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)s << 16);
 	pthread_mutex_init(&s->lock, NULL);
 	dkv_ratelimit_init(&s->bad_peer_rl, MN_BAD_PEER_WINDOW_MS, MN_BAD_PEER_BURST);
+	dkv_ratelimit_init(&s->comp_fail_rl, 30000, 3);
 	rc = mn_region_open(&s->rg, s->backing, s->o.size);
 	if (rc) {
 		dkv_err("cannot open the region%s%s: %s", s->backing ? " " : "",
@@ -266,6 +267,7 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 
 out_lock:
 	dkv_ratelimit_release(&s->bad_peer_rl);
+	dkv_ratelimit_release(&s->comp_fail_rl);
 	pthread_mutex_destroy(&s->lock);
 out_free:
 	free(s->listen);
@@ -384,6 +386,7 @@ void mn_server_destroy(struct mn_server *s)
 	pthread_mutex_destroy(&s->lock);
 	free(s->listen);
 	dkv_ratelimit_release(&s->bad_peer_rl);
+	dkv_ratelimit_release(&s->comp_fail_rl);
 	free(s->backing);
 	free(s);
 }
