@@ -1,6 +1,6 @@
 /* engine/compaction.c — leveled compaction, chosen here, executed next to
  * the data (dLSM §V), installed atomically.  Policy and rules:
- * docs/compaction.md; merge rules: memnode/mn_compact.h.
+ * docs/compaction.md; merge rules: common/merge.h.
  *
  * Picking (under db->mu, from db->current):
  *   score(L0) = tables in L0 / l0_compaction_trigger
@@ -45,6 +45,7 @@
 #include "common/ratelimit.h"
 #include "engine/compaction_int.h"
 #include "engine/eng_int.h"
+#include "common/merge.h"
 #include "memnode/mn_compact.h"
 #include "memnode/mn_proto.h"
 #include "net/rpc.h"
@@ -786,7 +787,7 @@ static int run_compute(struct eng_db *db, const struct pick *p, const struct chu
 	struct dkv_iter **kids = calloc(p->n ? p->n : 1, sizeof(*kids));
 	struct comp_src *ps = calloc(p->n ? p->n : 1, sizeof(*ps));
 	struct dkv_iter *mi = NULL;
-	struct mn_merge_opts mo = { 0 };
+	struct dkv_merge_opts mo = { 0 };
 	struct compute_ctx cc = { db, os };
 	size_t n = 0;
 	int r = 0;
@@ -835,7 +836,7 @@ static int run_compute(struct eng_db *db, const struct pick *p, const struct chu
 	mo.cancelled = comp_cancelled;
 	mo.table_done = compute_table_done;
 	mo.ctx = &cc;
-	r = mn_merge_run(mi, &mo, NULL);
+	r = dkv_merge_run(mi, &mo, NULL);
 	dkv_iter_destroy(mi);
 out:
 	free(kids);

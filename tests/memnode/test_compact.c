@@ -128,8 +128,8 @@ static int sink_done(void *ctx, const uint8_t *p, size_t len, const struct sst_m
 }
 
 /* Merge tables (images) with options o into sink s. */
-static int merge_images(struct buf *img, int n, struct mn_merge_opts *o, struct sink *s,
-			struct mn_merge_stats *st)
+static int merge_images(struct buf *img, int n, struct dkv_merge_opts *o, struct sink *s,
+			struct dkv_merge_stats *st)
 {
 	struct dkv_iter **kids = calloc((size_t)n, sizeof(*kids)), *mi = NULL;
 	struct sst_index **idx = calloc((size_t)n, sizeof(*idx));
@@ -144,7 +144,7 @@ static int merge_images(struct buf *img, int n, struct mn_merge_opts *o, struct 
 	cr_assert_eq(dkv_merge_iter_create(kids, n, NULL, &mi), 0);
 	o->table_done = sink_done;
 	o->ctx = s;
-	r = mn_merge_run(mi, o, st);
+	r = dkv_merge_run(mi, o, st);
 	dkv_iter_destroy(mi);
 	for (int i = 0; i < n; i++)
 		sst_index_destroy(idx[i]);
@@ -185,9 +185,9 @@ static void model_round(uint64_t seed, bool bottom, int nsnaps)
 	size_t nper[NT] = { 0 };
 	struct buf img[NT] = { 0 };
 	uint64_t snaps[16], s = seed;
-	struct mn_merge_opts o = { 0 };
+	struct dkv_merge_opts o = { 0 };
 	struct sink sk = { 0 };
-	struct mn_merge_stats st = { 0 };
+	struct dkv_merge_stats st = { 0 };
 	size_t expect = 0;
 
 	for (int t = 0; t < NT; t++)
@@ -233,10 +233,10 @@ static void model_round(uint64_t seed, bool bottom, int nsnaps)
 	 * a bottommost stripe-0 tombstone. */
 	for (size_t i = 0; i < NEV; i++) {
 		bool first_in_stripe = true;
-		size_t sp = mn_merge_stripe(snaps, (size_t)nsnaps, all[i].seq);
+		size_t sp = dkv_merge_stripe(snaps, (size_t)nsnaps, all[i].seq);
 
 		if (i > 0 && ukey_cmp(all[i - 1].key, all[i - 1].kl, all[i].key, all[i].kl) == 0 &&
-		    mn_merge_stripe(snaps, (size_t)nsnaps, all[i - 1].seq) == sp)
+		    dkv_merge_stripe(snaps, (size_t)nsnaps, all[i - 1].seq) == sp)
 			first_in_stripe = false;
 		if (first_in_stripe && !(bottom && sp == 0 && all[i].type == IKEY_DELETION))
 			expect++;
@@ -294,12 +294,12 @@ Test(merge, stripes)
 {
 	uint64_t s[] = { 10, 20, 30 };
 
-	cr_assert_eq(mn_merge_stripe(s, 3, 1), 0);
-	cr_assert_eq(mn_merge_stripe(s, 3, 10), 0);
-	cr_assert_eq(mn_merge_stripe(s, 3, 11), 1);
-	cr_assert_eq(mn_merge_stripe(s, 3, 30), 2);
-	cr_assert_eq(mn_merge_stripe(s, 3, 31), 3);
-	cr_assert_eq(mn_merge_stripe(NULL, 0, 5), 0);
+	cr_assert_eq(dkv_merge_stripe(s, 3, 1), 0);
+	cr_assert_eq(dkv_merge_stripe(s, 3, 10), 0);
+	cr_assert_eq(dkv_merge_stripe(s, 3, 11), 1);
+	cr_assert_eq(dkv_merge_stripe(s, 3, 30), 2);
+	cr_assert_eq(dkv_merge_stripe(s, 3, 31), 3);
+	cr_assert_eq(dkv_merge_stripe(NULL, 0, 5), 0);
 }
 
 /* A hand-made case: every rule once. */
@@ -312,7 +312,7 @@ Test(merge, tombstones_only_at_the_bottom)
 		{ "c", 1, 6, IKEY_VALUE, "c6", 2 },
 	};
 	struct buf img = { 0 };
-	struct mn_merge_opts o = { 0 };
+	struct dkv_merge_opts o = { 0 };
 	struct sink sk = { 0 };
 	uint64_t snap = 4;
 
@@ -353,7 +353,7 @@ Test(merge, range_bounds)
 {
 	struct rec r[8];
 	struct buf img = { 0 };
-	struct mn_merge_opts o = { 0 };
+	struct dkv_merge_opts o = { 0 };
 	struct sink sk = { 0 };
 
 	for (int i = 0; i < 8; i++) {
@@ -385,7 +385,7 @@ Test(merge, cancel_stops_without_output)
 {
 	struct rec *r = calloc(2000, sizeof(*r));
 	struct buf img = { 0 };
-	struct mn_merge_opts o = { 0 };
+	struct dkv_merge_opts o = { 0 };
 	struct sink sk = { 0 };
 
 	for (int i = 0; i < 2000; i++) {
@@ -519,7 +519,7 @@ Test(node, compact_equals_local_merge, .timeout = 30)
 	uint8_t *rep = malloc(RPC_REPLY_MAX);
 	size_t rl = 0;
 	struct sink local = { 0 }, remote = { 0 };
-	struct mn_merge_opts o = { 0 };
+	struct dkv_merge_opts o = { 0 };
 	uint64_t snap = 700;
 	struct mn_node_stats st;
 
