@@ -146,6 +146,35 @@ static char *first_node(const char *spec)
 	return strndup(spec, plus ? (size_t)(plus - spec) : strlen(spec));
 }
 
+/* Memtables and slabs sized for a big node waste a small one: a 256 MiB node
+ * with 64 MiB slabs and 16 MiB memtables held only ~100 MiB of files when it
+ * filled (the rest was WAL and half-empty slabs), and with nothing free a
+ * merge that would drop deleted files found no room for its output.  Each
+ * is kept to at most 1/32 of the node (>= 1 MiB), whatever was asked. */
+#define ENG_NODE_SHARE 32
+static void clamp_one(const char *what, size_t *v, uint64_t region)
+{
+	uint64_t cap = region / ENG_NODE_SHARE;
+
+	cap &= ~(uint64_t)((1u << 20) - 1);
+	if (cap < (1u << 20))
+		cap = 1u << 20;
+	if (*v <= cap)
+		return;
+	dkv_info("%s of %zu MiB is more than 1/%d of the %llu MiB memory node: using %llu MiB",
+		 what, *v >> 20, ENG_NODE_SHARE, (unsigned long long)(region >> 20),
+		 (unsigned long long)(cap >> 20));
+	*v = (size_t)cap;
+}
+
+static void clamp_to_node(struct eng_db *db, uint64_t region)
+{
+	if (!region)
+		return;
+	clamp_one("memtable_size", &db->o.memtable_size, region);
+	clamp_one("slab_size", &db->o.slab_size, region);
+}
+
 int eng_open(const struct eng_options *o, eng_db **out)
 {
 	struct mn_client_opts mo = { 0 };
@@ -211,6 +240,7 @@ int eng_open(const struct eng_options *o, eng_db **out)
 		/* Room kept for deletes to turn into free space: two
 		 * memtables and two slabs, at most an eighth of the node. */
 		mn_volume_info(db->mc, &vi);
+		clamp_to_node(db, vi.region_size);
 		db->reserve = 2 * (uint64_t)db->o.memtable_size + 2 * (uint64_t)db->o.slab_size;
 		if (db->reserve > vi.region_size / 8)
 			db->reserve = vi.region_size / 8;

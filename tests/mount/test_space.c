@@ -114,3 +114,54 @@ Test(space, ctl_compact_and_stats_of_a_mounted_volume)
 	cr_assert_str_eq(out, "1");
 	down();
 }
+
+/* A 256 MiB node (default engine sizes) filled to ENOSPC with 1 MiB files;
+ * half of them removed (every other one, so the survivors are interleaved
+ * with the deleted in every table).  New writes must succeed within 30 s,
+ * every remaining file must read back intact, and no read may fail while
+ * the node heals. */
+Test(space, full_node_heals_after_half_the_files_are_removed)
+{
+	int n = 0, rc = 0, bad = 0, ok_after = -1;
+
+	cr_assert_eq(sh("%s/dkvfs -o data_dir=%s/data,memnode_size=256M,op_timeout=%d %s "
+			"2>>%s/dkvfs.log",
+			B, T, op_timeout_ms(5000), MNT, T),
+		     0);
+	for (int s = 0; s < 4; s++)
+		cr_assert_eq(sh("head -c %llu /dev/urandom > %s/src/s%d", MiB, T, s), 0);
+	cr_assert_eq(sh("mkdir %s/d", MNT), 0);
+	for (n = 0; n < 400 && rc == 0; n++)
+		rc = sh("cp %s/src/s%d %s/d/f%d 2>/dev/null", T, n % 4, MNT, n);
+	cr_assert_neq(rc, 0, "a 256 MiB node took 400 MiB of files");
+	n--; /* f<n> failed: it may exist, partial */
+	cr_assert_gt(n, 128, "only %d MiB of files fit on a 256 MiB node", n);
+	cr_assert_eq(sh("rm -f %s/d/f%d", MNT, n), 0);
+	for (int i = 0; i < n; i += 2)
+		cr_assert_eq(sh("rm %s/d/f%d", MNT, i), 0, "rm f%d failed on the full node", i);
+	uint64_t t0 = now_s();
+	while (now_s() - t0 < 30 && ok_after < 0) {
+		if (sh("head -c %llu /dev/urandom > %s/new 2>/dev/null && sync %s/new", 4 * MiB,
+		       MNT, MNT) == 0)
+			ok_after = (int)(now_s() - t0);
+		/* reads never fail meanwhile */
+		for (int i = 1; i < n; i += 8)
+			bad += sh("cmp -s %s/src/s%d %s/d/f%d", T, i % 4, MNT, i) != 0;
+		if (ok_after < 0)
+			sleep(1);
+	}
+	if (ok_after < 0)
+		sh("(grep -E '^(flushes|compactions|tombstone_compactions|volume_full|tables|"
+		   "table_bytes|node_used):' %s/.dkvfs/stats | paste -sd' '; grep -v 'info:' "
+		   "%s/data/dkvfs.log | sort | uniq -c | sort -rn | head -n 8) >&2",
+		   MNT, T);
+	cr_assert_geq(ok_after, 0, "no write succeeded within 30 s of removing %d of %d MiB",
+		      (n + 1) / 2, n);
+	cr_assert_eq(bad, 0, "%d reads failed or differed while the node healed", bad);
+	for (int i = 1; i < n; i += 2)
+		cr_assert_eq(sh("cmp -s %s/src/s%d %s/d/f%d", T, i % 4, MNT, i), 0,
+			     "f%d differs after the heal", i);
+	fprintf(stderr, "full_node_heals: %d files, write ok %d s after removing half\n", n,
+		ok_after);
+	down();
+}
