@@ -181,6 +181,7 @@ void eng_space_drain(struct eng_db *db)
 /* The volume's "full" state, logged once per change (one line each way). */
 static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
 {
+	atomic_store(&db->space_free, free_bytes);
 	if (atomic_exchange(&db->space_low, low) == low)
 		return;
 	if (low)
@@ -585,6 +586,13 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 	 * flushes/compactions that turn deletes into free space. */
 	if (b->put_bytes > ENG_LOW_SPACE_PUT_MAX && atomic_load(&db->space_low) &&
 	    space_still_low(db) && reclaim(db))
+		return -ENOSPC;
+	/* The last half of the reserve is for batches that delete: small
+	 * puts (a stream of small files) would otherwise eat it all, and then
+	 * not even a delete could be flushed. */
+	if (b->puts == eng_batch_count(b) && atomic_load(&db->space_low) &&
+	    atomic_load(&db->space_free) < db->reserve / 2 && space_still_low(db) &&
+	    atomic_load(&db->space_free) < db->reserve / 2)
 		return -ENOSPC;
 	w.batch = b;
 	w.sync = wo && wo->sync;

@@ -310,6 +310,10 @@ struct eng_db {
 	 * with -ENOSPC up front, so deletes, flushes and compaction still find
 	 * room and deleting data frees space again (eng_space_check). */
 	atomic_bool space_low;
+	/* node free bytes at the last check (0 when an allocation failed):
+	 * below reserve / 2 only batches that delete something are taken, so
+	 * a stream of small puts cannot eat the room deletes need */
+	atomic_uint_fast64_t space_free;
 	uint64_t reserve;
 	uint64_t space_checked_us;    /* man_mu */
 	atomic_bool reclaimable;      /* deletes written while space_low */
