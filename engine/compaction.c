@@ -266,6 +266,27 @@ static void set_ptr(struct eng_compaction *c, int l, const struct eng_table *t)
  * COMP_L0_MAX bytes but at least two, so one compaction stays bounded when
  * L0 has piled up; the newer ones stay above the output, which is correct
  * since everything they hold is newer. */
+static int pick_l0(const struct eng_version *v, struct pick *p);
+
+/* L0 inputs from the oldest through `upto` (files[0] is newest first): a
+ * pick that must include that table (its tombstones, or all of L0 for a
+ * manual compaction) takes every older one too, since an older L0 table
+ * left above the output would hide the newer versions moved below it. */
+static int pick_l0_through(const struct eng_version *v, struct pick *p,
+			   const struct eng_table *upto)
+{
+	size_t n = v->nfiles[0], i = 0;
+	int r = 0;
+
+	while (i < n && v->files[0][i] != upto)
+		i++;
+	if (i == n)
+		return pick_l0(v, p);
+	for (size_t k = n; k > i && !r; k--)
+		r = pick_push(p, v->files[0][k - 1]);
+	return r;
+}
+
 static int pick_l0(const struct eng_version *v, struct pick *p)
 {
 	size_t n = v->nfiles[0], k = 0;
@@ -284,7 +305,7 @@ static int pick_l0(const struct eng_version *v, struct pick *p)
  * that holds TOMB_MIN of them) is merged into the next level, where the
  * tombstones drop the values they hide; step by step they reach the level
  * that holds the data, and the bottommost merge drops the tombstones too.
- * Level 0 goes as pick_l0 takes it (oldest first).  A lone table with
+ * Level 0: every table from the oldest through it.  A lone table with
  * nothing below it just moves down, except at the bottom, where it is
  * rewritten without its tombstones.  While a snapshot is live a bottom
  * merge may keep them, so none is picked then (no endless rewrites).
@@ -309,7 +330,7 @@ static int pick_tombstones(struct eng_db *db, struct pick *p)
 
 			if (!tomb_dense(t))
 				continue;
-			r = l == 0 ? pick_l0(v, p) : pick_push(p, t);
+			r = l == 0 ? pick_l0_through(v, p, t) : pick_push(p, t);
 			if (!r)
 				r = pick_finish(db, v, p, l);
 			if (r) {
@@ -392,7 +413,7 @@ static int pick_manual(struct eng_db *db, struct pick *p)
 		if (!v->nfiles[l])
 			continue;
 		if (l == 0)
-			r = pick_l0(v, p);
+			r = pick_l0_through(v, p, v->files[0][0]); /* all of it */
 		for (size_t i = 0; l > 0 && i < v->nfiles[l] && !r; i++)
 			r = pick_push(p, v->files[l][i]);
 		if (!r)
