@@ -69,7 +69,7 @@ struct mn_client {
 	char conn_addr[128];
 	enum net_kind kind;
 	struct net_domain *dom;
-	uint64_t client_id;        /* random: lets a reconnect take our own lease back */
+	uint64_t lease_secret;     /* issued with our writer lease: a reconnect takes it back */
 
 	pthread_mutex_t lock;      /* everything below up to block */
 	struct rpc_chan *ch;
@@ -456,7 +456,7 @@ static int open_volume(struct mn_client *c, struct rpc_chan *ch)
 			   (c->o.writer ? MN_OPEN_WRITER : 0));
 	req[1] = (uint8_t)nl;
 	put_u16(req + 2, 0);
-	put_u64(req + 4, c->client_id);
+	put_u64(req + 4, c->o.writer ? c->lease_secret : 0);
 	memcpy(req + 12, c->volume, nl);
 	rc = rpc_call(ch, MN_OP_OPEN, req, 12 + nl, NULL, rep, sizeof(rep), &rl);
 	if (rc == -ENOENT && again) {
@@ -479,6 +479,7 @@ static int open_volume(struct mn_client *c, struct rpc_chan *ch)
 	c->info.node_epoch = get_u64(rep + 16);
 	c->base = get_u64(rep + 24);
 	c->info.file_backed = get_u32(rep + 32) & MN_VOL_FILE_BACKED;
+	c->lease_secret = get_u64(rep + 40);
 	return ext_refresh(c, ch, NULL, NULL);
 }
 
@@ -638,9 +639,6 @@ int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 	else
 		c->o.token_len = 0;
 	c->o.token = NULL;
-	if (getrandom(&c->client_id, sizeof(c->client_id), 0) != sizeof(c->client_id))
-		c->client_id = (uint64_t)(uintptr_t)c ^ (uint64_t)time(NULL) << 20;
-	c->client_id |= 1;
 
 	c->kind = o->transport == NET_AUTO ? net_kind_resolve(NET_AUTO, c->addr) : o->transport;
 	snprintf(c->conn_addr, sizeof(c->conn_addr), "%s", c->addr);

@@ -29,7 +29,7 @@ struct mn_conn {
 	struct mn_server *srv;
 	struct rpc_sconn *sc;     /* set by on_established */
 	int vol;                  /* volume index, -1 until OPEN */
-	uint64_t client_id;       /* the mn_client instance (OPEN), 0: anonymous */
+	uint64_t lease_secret;    /* random, issued with the writer lease; 0: none */
 	bool writer;              /* holds vol's lease */
 	bool gone;                /* disconnected: grants are void */
 	struct mn_grant *grants;  /* under srv->lock */

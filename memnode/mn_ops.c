@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/coding.h"
 #include "common/crc32c.h"
@@ -35,14 +36,14 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	char name[MN_VOLUME_NAME_MAX + 1];
 	struct mn_conn *old;
 	uint8_t flags, nl;
-	uint64_t cid;
+	uint64_t secret;
 	int v;
 
 	if (len < 12 || (nl = req[1]) > MN_VOLUME_NAME_MAX || len != 12u + nl ||
 	    !mn_vol_name_ok((const char *)req + 12, nl))
 		return reply_err(call, -EINVAL);
 	flags = req[0];
-	cid = get_u64(req + 4);
+	secret = get_u64(req + 4);
 	memcpy(name, req + 12, nl);
 	name[nl] = 0;
 
@@ -62,9 +63,10 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 		return reply_err(call, v);
 	}
 	old = s->vs[v].writer;
-	if ((flags & MN_OPEN_WRITER) && old && cid && old->client_id == cid) {
-		/* The same client reconnected before we noticed that its old
-		 * connection is dead: the lease moves, the old conn goes. */
+	if ((flags & MN_OPEN_WRITER) && old && secret && old->lease_secret == secret) {
+		/* The holder reconnected (it alone knows the secret issued with
+		 * the lease) before we noticed that its old connection is dead:
+		 * the lease and its secret move, the old conn goes. */
 		dkv_info("lease of volume %s moves from %s to %s (same client reconnected)",
 			 name, old->peer, mc->peer);
 		mn_conn_release(s, old);
@@ -76,12 +78,18 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 		pthread_mutex_unlock(&s->lock);
 		return reply_err(call, -DKV_E_LEASE);
 	}
-	mc->client_id = cid;
+	mc->lease_secret = 0;
 	mc->vol = v;
 	s->vs[v].clients++;
 	if (flags & MN_OPEN_WRITER) {
 		mc->writer = true;
 		s->vs[v].writer = mc;
+		if (old && secret)
+			mc->lease_secret = secret; /* taken over: the holder keeps it */
+		while (!mc->lease_secret)
+			if (getrandom(&mc->lease_secret, sizeof(mc->lease_secret), 0) !=
+			    sizeof(mc->lease_secret))
+				mc->lease_secret = 0;
 	}
 	put_u64(rep, s->rg.size);
 	put_u64(rep + 8, (uint64_t)s->rg.vols[v].nonce << 32 | s->rg.vols[v].id);
@@ -90,6 +98,7 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	put_u32(rep + 32, (s->rg.file_backed ? MN_VOL_FILE_BACKED : 0) |
 				  (mc->writer ? MN_VOL_WRITER : 0));
 	put_u32(rep + 36, MN_PAGE_SIZE);
+	put_u64(rep + 40, mc->lease_secret);
 	pthread_mutex_unlock(&s->lock);
 	dkv_info("%s opened volume %s%s", mc->peer, name, mc->writer ? " as writer" : "");
 	rpc_reply(call, 0, rep, sizeof(rep));

@@ -19,7 +19,7 @@
 
 #include "memnode/mn_client.h"
 
-#define MN_PROTO_VERSION 1
+#define MN_PROTO_VERSION 2 /* 2: OPEN carries a lease secret, not a client id */
 #define MN_HELLO_MAGIC   0x484d4b44u /* "DKMH" */
 #define MN_WELCOME_MAGIC 0x414d4b44u /* "DKMA" */
 #define MN_HELLO_SIZE    56
@@ -55,7 +55,7 @@ enum { MN_VOL_FILE_BACKED = 1, MN_VOL_WRITER = 2 };
 /* Extent kinds (allocation map, LIST_EXTENTS) */
 enum mn_kind { MN_KIND_FREE = 0, MN_KIND_SLAB = 1, MN_KIND_NODE = 2 };
 
-#define MN_OPEN_REPLY_SIZE   40
+#define MN_OPEN_REPLY_SIZE   48
 #define MN_EXTENT_WIRE       24   /* LIST_EXTENTS entry */
 #define MN_LIST_HDR          16
 #define MN_FREE_WIRE         16   /* FREE_EXTENTS entry */

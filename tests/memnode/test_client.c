@@ -529,7 +529,9 @@ Test(client, node_stops_under_a_client)
 	mn_client_close(c);
 }
 
-static struct rpc_chan *raw_open(struct net_domain *d, const char *addr, uint64_t cid, int *rc)
+/* A writer OPEN presenting `secret`; *issued gets the lease secret of the reply. */
+static struct rpc_chan *raw_open(struct net_domain *d, const char *addr, uint64_t secret, int *rc,
+				 uint64_t *issued)
 {
 	struct mn_hello h = { .version = MN_PROTO_VERSION };
 	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX], req[14], rep[64];
@@ -543,28 +545,44 @@ static struct rpc_chan *raw_open(struct net_domain *d, const char *addr, uint64_
 	req[0] = MN_OPEN_CREATE | MN_OPEN_WRITER;
 	req[1] = 2;
 	put_u16(req + 2, 0);
-	put_u64(req + 4, cid);
+	put_u64(req + 4, secret);
 	memcpy(req + 12, "to", 2);
 	*rc = rpc_call(ch, MN_OP_OPEN, req, 14, NULL, rep, sizeof(rep), &rlen);
+	*issued = 0;
+	if (*rc == 0) {
+		cr_assert_eq(rlen, MN_OPEN_REPLY_SIZE);
+		*issued = get_u64(rep + 40);
+	}
 	return ch;
 }
 
-Test(client, lease_takeover_by_the_same_client_id)
+/* The lease moves only to a peer presenting the secret issued with it:
+ * not to a guess, not to 0, not to a reader that saw the OPEN request. */
+Test(client, lease_takeover_needs_the_lease_secret)
 {
 	struct mn_server *s = mt_server(16 << 20, NULL);
 	struct net_domain *d;
-	struct rpc_chan *a, *b, *x;
+	struct rpc_chan *a, *b, *x, *y;
 	uint8_t req[8], rep[64];
+	uint64_t sa, sb, sx;
 	size_t rl;
 	int rc;
 
 	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
-	a = raw_open(d, mn_server_addr(s), 42, &rc);
+	a = raw_open(d, mn_server_addr(s), 42, &rc, &sa); /* 42: no lease to take */
 	cr_assert_eq(rc, 0);
-	x = raw_open(d, mn_server_addr(s), 43, &rc); /* another client */
+	cr_assert_neq(sa, 0, "a writer lease comes with a secret");
+	cr_assert_neq(sa, 42, "the secret is issued by the node, not chosen by the client");
+	x = raw_open(d, mn_server_addr(s), 42, &rc, &sx); /* what a's OPEN carried */
 	cr_assert_eq(rc, -DKV_E_LEASE);
-	b = raw_open(d, mn_server_addr(s), 42, &rc); /* "us", reconnected */
+	y = raw_open(d, mn_server_addr(s), sa + 1, &rc, &sx); /* a guess */
+	cr_assert_eq(rc, -DKV_E_LEASE);
+	rpc_chan_unref(y);
+	y = raw_open(d, mn_server_addr(s), 0, &rc, &sx);
+	cr_assert_eq(rc, -DKV_E_LEASE);
+	b = raw_open(d, mn_server_addr(s), sa, &rc, &sb); /* the holder, reconnected */
 	cr_assert_eq(rc, 0);
+	cr_assert_eq(sb, sa, "the lease keeps its secret when its holder takes it back");
 	put_u64(req, 1 << 20);
 	cr_assert_eq(rpc_call(b, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl), 0);
 	/* The old connection lost the lease and is being closed. */
@@ -573,6 +591,7 @@ Test(client, lease_takeover_by_the_same_client_id)
 	rpc_chan_unref(a);
 	rpc_chan_unref(b);
 	rpc_chan_unref(x);
+	rpc_chan_unref(y);
 	net_domain_destroy(d);
 	mn_server_destroy(s);
 }
