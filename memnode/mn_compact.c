@@ -22,6 +22,7 @@
 #include "memnode/mn_compact.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -382,6 +383,17 @@ static int cmp_out(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* A merge allocates tens of MiB of buffers (output tables of up to the
+ * target size, input indexes); glibc keeps freed ones in its arenas, so a
+ * node whose volumes were emptied still held ~40 MiB of heap after the
+ * compactions that emptied them.  Hand free heap pages back once a job is
+ * done (issue 9: RSS follows live data). */
+static void job_done(struct job *j)
+{
+	job_free(j);
+	malloc_trim(0);
+}
+
 static void job_finish(struct job *j, int r)
 {
 	struct mn_server *s = j->s;
@@ -437,7 +449,7 @@ static void job_finish(struct job *j, int r)
 		else
 			dkv_info("compaction of %u tables cancelled; outputs freed", j->nin);
 		rpc_reply(j->call, r, NULL, 0);
-		job_free(j);
+		job_done(j);
 		return;
 	}
 	if (j->nouts)
@@ -467,7 +479,7 @@ static void job_finish(struct job *j, int r)
 		  (unsigned long long)st.bytes_out, j->nparts);
 	rpc_reply(j->call, 0, rep, rl);
 	free(rep);
-	job_free(j);
+	job_done(j);
 }
 
 static int job_load(struct job *j)
