@@ -655,9 +655,14 @@ int mnt_main(int argc, char **argv)
 	if (cmd.singlethread) {
 		rc = fuse_loop(m->fuse);
 	} else {
-		struct fuse_loop_config lc = { .clone_fd = cmd.clone_fd,
-					       .max_idle_threads = cmd.max_idle_threads ?
-						       cmd.max_idle_threads : 10 };
+		/* fuse_parse_cmdline leaves max_idle_threads at UINT_MAX ("not
+		 * given"); libfuse 3.14 turns the v1 config's value into its
+		 * thread limit and printed "Ignoring invalid max threads value
+		 * 4294967295" on every mount.  Not given: libfuse's 10. */
+		unsigned idle = cmd.max_idle_threads;
+		struct fuse_loop_config lc = {.clone_fd = cmd.clone_fd,
+					      .max_idle_threads =
+						  idle && idle <= 100000 ? idle : 10};
 		rc = fuse_loop_mt(m->fuse, &lc);
 	}
 	if (rc > 0)

@@ -455,6 +455,19 @@ Test(mount, reads_stamp_atime_like_relatime)
 	cr_assert_neq(up("atime=sometimes"), 0, "a bad atime= value was accepted");
 }
 
+/* libfuse's "Ignoring invalid max threads value 4294967295 > max (100000)"
+ * came with every mount (issue 13): the thread pool is configured at its
+ * cause, and neither the daemon's stderr nor its log says so any more. */
+Test(mount, no_libfuse_thread_warning)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("echo x > %s/f && cat %s/f > /dev/null", MNT, MNT), 0);
+	down();
+	cr_assert_neq(
+	    sh("cat %s/dkvfs.log %s/data/dkvfs.log 2>/dev/null | grep -q 'max threads'", T, T), 0,
+	    "a mount still prints libfuse's max-threads warning");
+}
+
 Test(mount, sigterm_unmounts_cleanly)
 {
 	cr_assert_eq(up(NULL), 0);
