@@ -145,6 +145,17 @@ Test(mount, cp_tree_then_tools_agree)
 	/* the hidden stats file is there and not listed */
 	cr_assert_eq(sh("grep -q '^fs_creates: ' %s/.dkvfs/stats", MNT), 0);
 	cr_assert_neq(sh("ls -a %s | grep -q dkvfs", MNT), 0, ".dkvfs must not be listed");
+	cr_assert_neq(sh("find %s -name '.dkvfs*' | grep -q .", MNT), 0, "find sees .dkvfs");
+	/* stat gives the stats file's real size (it said 0: rsync copied it
+	 * empty); the counters move, so within a few bytes of what a read gets */
+	char sz[32], rd[32];
+	sh_out(sz, sizeof(sz), "stat -c %%s %s/.dkvfs/stats", MNT);
+	sh_out(rd, sizeof(rd), "wc -c < %s/.dkvfs/stats", MNT);
+	cr_assert_gt(atol(sz), 500, "stats file size %s", sz);
+	cr_assert_lt(labs(atol(sz) - atol(rd)), 64, "stat says %s bytes, a read gives %s", sz, rd);
+	cr_assert_eq(sh("cp %s/.dkvfs/stats %s/stats.copy && grep -q '^fs_creates: ' %s/stats.copy",
+			MNT, T, T),
+		     0, "cp of the stats file lost its content");
 	down();
 }
 
