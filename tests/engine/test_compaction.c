@@ -542,7 +542,8 @@ Test(compaction, node_killed_mid_compaction, .timeout = 120)
 	cr_assert_eq(tnode_start(&node, 256u << 20, backing, NULL), 0);
 	snprintf(listen, sizeof(listen), "%s", node.addr);
 	copts(&o, &node, ENG_COMPACTION_MEMNODE);
-	o.op_timeout_ms = 1500;
+	o.op_timeout_ms =
+	    1500 * test_time_scale(); /* a slow (sanitizer) build is not a dead node */
 	cr_assert_eq(eng_open(&o, &db), 0);
 	for (int round = 0; round < 3; round++) {
 		/* Writes keep compactions busy; kill the node among them. */
