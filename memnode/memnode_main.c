@@ -3,6 +3,8 @@
  * a file-backed region, exit 0). */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,17 +21,32 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: dkvfs-memnode [options]\n"
 		"  --listen HOST:PORT    serve tcp/rdma there, and same-host clients on\n"
-		"                        unix:@dkvfs-memnode-PORT (default 127.0.0.1:7400)\n"
-		"  --listen unix:PATH    serve only the local backend (unix:@NAME: abstract)\n"
+		"                        DIR/memnode-PORT.sock (default 127.0.0.1:7400)\n"
+		"  --listen unix:PATH    serve only the local backend, on socket file PATH\n"
 		"  --size BYTES          region size, suffix K/M/G (default 1G)\n"
 		"  --backing FILE        keep the region in FILE (created if missing) so it\n"
 		"                        survives restarts; default: anonymous memory\n"
-		"  --token-file FILE     clients must present the first line of FILE\n"
+		"  --token-file FILE     the admin token: the first line of FILE\n"
+		"  --volume-tokens FILE  lines \"VOLUME TOKEN\": each token opens that volume only\n"
+		"  --insecure            no token at all: every peer may open every volume\n"
+		"  --local-dir DIR       where a HOST:PORT node keeps its local socket and\n"
+		"                        generated token (default /tmp/dkvfs-UID, kept 0700)\n"
+		"  --local-group GROUP   also trust same-host peers of this primary group\n"
 		"  --transport KIND      rdma, tcp or auto (default auto: rdma if a device\n"
 		"                        exists, else tcp)\n"
 		"  --threads N           RPC worker threads (default 2)\n"
 		"  --no-local            with HOST:PORT, do not serve the local backend\n"
-		"  -h, --help            this text\n");
+		"  -h, --help            this text\n"
+		"\n"
+		"Who gets in (docs/security.md): a peer on this host running as this uid\n"
+		"(or root, or --local-group), by SO_PEERCRED on the 0600 local socket, is\n"
+		"identified without a token and shares the region's mapping.  Every other\n"
+		"peer (tcp, rdma, a local socket of another uid) must present a token: the\n"
+		"admin token opens everything, a volume token its volume only, and their\n"
+		"accesses are checked against the grants of their connection.  Without\n"
+		"--token-file the node writes a random admin token, 0600, beside its local\n"
+		"socket (DIR/memnode-PORT.token, or PATH.token); same-host clients of this\n"
+		"uid find it there on their own.\n");
 }
 
 int main(int argc, char **argv)
@@ -42,6 +59,10 @@ int main(int argc, char **argv)
 		{ "transport", required_argument, NULL, 't' },
 		{ "threads", required_argument, NULL, 'n' },
 		{ "no-local", no_argument, NULL, 'L' },
+		{ "volume-tokens", required_argument, NULL, 'V' },
+		{ "insecure", no_argument, NULL, 'I' },
+		{ "local-dir", required_argument, NULL, 'D' },
+		{ "local-group", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -49,6 +70,8 @@ int main(int argc, char **argv)
 	struct mn_server *s = NULL;
 	uint8_t token[MN_TOKEN_MAX];
 	size_t token_len = 0;
+	struct mn_vol_token *vt = NULL;
+	bool insecure = false;
 	sigset_t set;
 	int opt, rc, sig = 0;
 	char *end;
@@ -98,6 +121,36 @@ int main(int argc, char **argv)
 		case 'L':
 			o.no_local = true;
 			break;
+		case 'V':
+			free(vt);
+			vt = NULL;
+			rc = mn_vol_tokens_read(optarg, &vt, &o.nvol_tokens);
+			if (rc) {
+				fprintf(stderr, "dkvfs-memnode: cannot read volume tokens %s: %s\n",
+					optarg, dkv_strerror(rc));
+				return 2;
+			}
+			o.vol_tokens = vt;
+			break;
+		case 'I':
+			insecure = true;
+			break;
+		case 'D':
+			o.local_dir = optarg;
+			break;
+		case 'G': {
+			struct group *g = getgrnam(optarg);
+			n = strtol(optarg, &end, 10);
+			if (g)
+				o.local_group = (int)g->gr_gid;
+			else if (!*end && n >= 0 && n < INT32_MAX)
+				o.local_group = (int)n;
+			else {
+				fprintf(stderr, "dkvfs-memnode: no group '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -110,6 +163,14 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (insecure && (o.token || o.nvol_tokens)) {
+		fprintf(stderr, "dkvfs-memnode: --insecure and tokens exclude each other\n");
+		return 2;
+	}
+	if (insecure)
+		dkv_warn("INSECURE (--insecure): no token; every peer that reaches this node "
+			 "can open, read and write every volume");
+	o.auto_token = !insecure;
 
 	/* Every thread inherits the mask; main waits for the signal. */
 	sigemptyset(&set);
@@ -137,5 +198,6 @@ int main(int argc, char **argv)
 	dkv_info("signal %d: stopping", sig);
 	mn_server_stop(s);
 	mn_server_destroy(s);
+	free(vt);
 	return 0;
 }

@@ -25,12 +25,14 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/coding.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "memnode/mn_client_int.h"
 #include "memnode/mn_proto.h"
+#include "memnode/mn_server.h"
 #include "net/rpc.h"
 
 #define MN_DEFAULT_TIMEOUT 5000
@@ -607,6 +609,21 @@ out:
 	return rc;
 }
 
+/* No token given: a node on this host leaves its generated admin token
+ * beside its local socket (mn_token_file_path); use it if we may read it.
+ * Never for a remote address: that file belongs to a node here.  Its length,
+ * 0 if none. */
+static size_t default_token(const char *addr, uint8_t tok[MN_TOKEN_MAX])
+{
+	char path[160];
+	size_t len = 0;
+
+	if (!net_addr_is_local(addr) || mn_token_file_path(addr, NULL, path, sizeof(path)) ||
+	    access(path, R_OK) || mn_token_file_read(path, tok, &len))
+		return 0;
+	return len;
+}
+
 int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 {
 	struct mn_client *c;
@@ -637,17 +654,13 @@ int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 	if (o->token)
 		memcpy(c->token, o->token, o->token_len);
 	else
-		c->o.token_len = 0;
+		c->o.token_len = default_token(c->addr, c->token);
 	c->o.token = NULL;
 
 	c->kind = o->transport == NET_AUTO ? net_kind_resolve(NET_AUTO, c->addr) : o->transport;
+	/* Over the local backend a HOST:PORT names the node's socket in
+	 * /tmp/dkvfs-EUID (net_local_sockaddr): there only if it is ours. */
 	snprintf(c->conn_addr, sizeof(c->conn_addr), "%s", c->addr);
-	if (c->kind == NET_LOCAL && strncmp(c->addr, "unix:", 5)) {
-		/* A HOST:PORT node on this host also serves unix:@dkvfs-memnode-PORT. */
-		const char *port = strrchr(c->addr, ':');
-		snprintf(c->conn_addr, sizeof(c->conn_addr), "unix:@dkvfs-memnode-%s",
-			 port ? port + 1 : "0");
-	}
 	rc = net_domain_create(c->kind, &c->dom);
 	if (!rc) {
 		pthread_mutex_lock(&c->lock);
@@ -657,8 +670,9 @@ int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 		pthread_mutex_unlock(&c->lock);
 	}
 	if (rc && o->transport == NET_AUTO && c->kind == NET_LOCAL &&
-	    strncmp(c->addr, "unix:", 5) && (rc == -ECONNREFUSED || rc == -ENOENT ||
-					     rc == -EIO || rc == -ETIMEDOUT)) {
+	    strncmp(c->addr, "unix:", 5) &&
+	    (rc == -ECONNREFUSED || rc == -ENOENT || rc == -EIO || rc == -ETIMEDOUT ||
+	     rc == -EACCES || rc == -EPERM)) {
 		/* No local listener: use the network. */
 		net_domain_destroy(c->dom);
 		c->dom = NULL;

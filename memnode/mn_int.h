@@ -32,6 +32,10 @@ struct mn_conn {
 	uint64_t lease_secret;    /* random, issued with the writer lease; 0: none */
 	bool writer;              /* holds vol's lease */
 	bool gone;                /* disconnected: grants are void */
+	/* What the hello proved: admin (uid, admin token, or an open node) may
+	 * open any volume and see node-wide state; else only volume `only`. */
+	bool admin;
+	char only[MN_VOLUME_NAME_MAX + 1];
 	struct mn_grant *grants;  /* under srv->lock */
 	size_t ngrants, cap;
 	char peer[96];
@@ -52,7 +56,11 @@ struct mn_server {
 	char *listen, *backing;
 	uint8_t token[MN_TOKEN_MAX];
 	size_t token_len;
-	bool need_token;
+	bool need_token;          /* peers not identified by uid need a token */
+	struct mn_vol_token *vol_tokens;
+	size_t nvol_tokens;
+	char *local_dir;
+	char token_path[128];     /* generated token file, removed at destroy */
 	uint64_t epoch;
 
 	struct net_domain *dom_net, *dom_local;
@@ -88,6 +96,7 @@ enum {
 	MN_OPF_VOLUME = 1,  /* needs an open volume */
 	MN_OPF_WRITER = 2,  /* needs the writer lease */
 	MN_OPF_INLINE = 4,  /* cheap: run on the connection's progress thread */
+	MN_OPF_ADMIN = 8,   /* node-wide: uid-identified or admin token only */
 };
 
 struct mn_op_desc {

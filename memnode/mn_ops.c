@@ -47,6 +47,12 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	memcpy(name, req + 12, nl);
 	name[nl] = 0;
 
+	if (!mc->admin && strcmp(name, mc->only)) {
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
+			   "refused %s: its token opens volume %s, not %s", mc->peer, mc->only,
+			   name);
+		return reply_err(call, -DKV_E_TOKEN);
+	}
 	pthread_mutex_lock(&s->lock);
 	if (mc->vol >= 0) {
 		pthread_mutex_unlock(&s->lock);
@@ -397,7 +403,9 @@ static void op_stats(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	f[11] = atomic_load(&s->compaction_bytes_written);
 	tb_printf(&t, "file_backed: %d\nbad_requests: %llu\n", s->rg.file_backed,
 		  (unsigned long long)rs.bad_requests);
-	for (int v = 0; v < MN_MAX_VOLUMES; v++) {
+	/* Names of volumes and peers are node-wide: admin only.  A volume's
+	 * client still gets the capacity figures (df needs them). */
+	for (int v = 0; mc->admin && v < MN_MAX_VOLUMES; v++) {
 		struct mn_vol *vo = &s->rg.vols[v];
 		if (!vo->in_use)
 			continue;
@@ -408,7 +416,7 @@ static void op_stats(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 			  s->vs[v].clients, vo->name,
 			  s->vs[v].writer ? s->vs[v].writer->peer : "none");
 	}
-	for (struct mn_conn *c = s->conns; c; c = c->next) {
+	for (struct mn_conn *c = mc->admin ? s->conns : NULL; c; c = c->next) {
 		uint64_t gb = 0;
 		for (size_t i = 0; i < c->ngrants; i++)
 			gb += c->grants[i].len;
@@ -477,6 +485,7 @@ static void op_echo(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 #define V MN_OPF_VOLUME
 #define W MN_OPF_WRITER
 #define I MN_OPF_INLINE
+#define A MN_OPF_ADMIN
 const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_OPEN] = { "open", I, op_open },
 	[MN_OP_ALLOC_SLAB] = { "alloc_slab", V | W | I, op_alloc_slab },
@@ -487,7 +496,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_ROOT_SET] = { "root_set", V | W | I, op_root_set },
 	[MN_OP_SYNC] = { "sync", V, op_sync }, /* msync of a large range: a worker */
 	[MN_OP_STATS] = { "stats", I, op_stats },
-	[MN_OP_VOLUMES] = { "volumes", I, op_volumes },
+	[MN_OP_VOLUMES] = { "volumes", A | I, op_volumes },
 	[MN_OP_CLOSE] = { "close", I, op_close },
 	[MN_OP_ECHO] = { "echo", I, op_echo },
 	[MN_OP_GRANT] = { "grant", V | I, op_grant },
@@ -497,6 +506,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 #undef V
 #undef W
 #undef I
+#undef A
 
 bool mn_op_is_inline(void *user, uint16_t op)
 {
@@ -523,5 +533,7 @@ void mn_dispatch(void *user, struct rpc_call *call)
 		return reply_err(call, -EBADF);
 	if ((d->flags & MN_OPF_WRITER) && !writer)
 		return reply_err(call, -EROFS);
+	if ((d->flags & MN_OPF_ADMIN) && !mc->admin)
+		return reply_err(call, -DKV_E_TOKEN);
 	d->fn(s, mc, call, req, len);
 }

@@ -21,8 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -36,6 +39,7 @@ void mn_server_opts_init(struct mn_server_opts *o)
 	o->transport = NET_AUTO;
 	o->size = MN_DEFAULT_SIZE;
 	o->threads = 2;
+	o->local_group = -1;
 }
 
 static struct net_mr *conn_mr(struct mn_server *s, struct mn_conn *mc)
@@ -123,11 +127,24 @@ static bool token_eq(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 	return d == 0;
 }
 
+/* Which volume does token (len bytes) open?  NULL: none. */
+static const char *vol_token_find(const struct mn_server *s, const uint8_t *tok, size_t len)
+{
+	const char *found = NULL;
+
+	for (size_t i = 0; i < s->nvol_tokens; i++) /* no early exit: same time for all */
+		if (token_eq(tok, len, s->vol_tokens[i].token, s->vol_tokens[i].len) && !found)
+			found = s->vol_tokens[i].volume;
+	return found;
+}
+
 static int srv_on_connect(void *user, const void *priv, size_t len, const char *peer,
-			  void **conn_user, void *rpriv, size_t *rlen)
+			  bool trusted, void **conn_user, void *rpriv, size_t *rlen)
 {
 	struct mn_server *s = user;
 	struct mn_welcome w = { .version = MN_PROTO_VERSION, .epoch = s->epoch };
+	const char *only = NULL;
+	bool admin = false;
 	struct mn_hello h;
 	struct mn_conn *mc;
 	int rc;
@@ -139,7 +156,10 @@ static int srv_on_connect(void *user, const void *priv, size_t len, const char *
 			   MN_PROTO_VERSION);
 	else if (rc)
 		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN, "refused %s: malformed hello", peer);
-	else if (s->need_token && !token_eq(h.token, h.token_len, s->token, s->token_len)) {
+	else if (trusted || !s->need_token ||
+		 (s->token_len && token_eq(h.token, h.token_len, s->token, s->token_len)))
+		admin = true;
+	else if (!(only = vol_token_find(s, h.token, h.token_len))) {
 		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
 			   "auth failure from %s: wrong or missing token", peer);
 		rc = -DKV_E_TOKEN;
@@ -156,6 +176,9 @@ static int srv_on_connect(void *user, const void *priv, size_t len, const char *
 		return rc;
 	mc->srv = s;
 	mc->vol = -1;
+	mc->admin = admin;
+	if (only)
+		snprintf(mc->only, sizeof(mc->only), "%s", only);
 	snprintf(mc->peer, sizeof(mc->peer), "%s", peer);
 	*conn_user = mc;
 	return 0;
@@ -249,8 +272,33 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 	if (o->token) {
 		memcpy(s->token, o->token, o->token_len);
 		s->token_len = o->token_len;
-		s->need_token = true;
+		s->o.auto_token = false;
+	} else if (o->auto_token) {
+		uint8_t r[MN_TOKEN_MAX / 2 - 4];
+		if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+			rc = -EIO;
+			goto out_free;
+		}
+		for (size_t i = 0; i < sizeof(r); i++)
+			snprintf((char *)s->token + 2 * i, 3, "%02x", r[i]);
+		s->token_len = 2 * sizeof(r);
 	}
+	if (o->nvol_tokens) {
+		s->vol_tokens = calloc(o->nvol_tokens, sizeof(*s->vol_tokens));
+		if (!s->vol_tokens) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		memcpy(s->vol_tokens, o->vol_tokens, o->nvol_tokens * sizeof(*s->vol_tokens));
+		s->nvol_tokens = o->nvol_tokens;
+	}
+	s->o.vol_tokens = NULL;
+	s->need_token = s->token_len || s->nvol_tokens;
+	if (o->local_dir && !(s->local_dir = strdup(o->local_dir))) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	s->o.local_dir = s->local_dir;
 	if (getrandom(&s->epoch, sizeof(s->epoch), 0) != sizeof(s->epoch))
 		s->epoch = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)s << 16);
 	pthread_mutex_init(&s->lock, NULL);
@@ -272,6 +320,8 @@ out_lock:
 out_free:
 	free(s->listen);
 	free(s->backing);
+	free(s->vol_tokens);
+	free(s->local_dir);
 	free(s);
 	return rc;
 }
@@ -283,16 +333,98 @@ static const char *addr_port(const char *a)
 	return c ? c + 1 : "0";
 }
 
-static int start_local(struct mn_server *s, const char *addr)
+/* The directory of a HOST:PORT node's local socket and token, made safe. */
+static int run_dir(struct mn_server *s, char *dir, size_t cap)
 {
-	int rc = net_domain_create(NET_LOCAL, &s->dom_local);
+	if (s->local_dir)
+		snprintf(dir, cap, "%s", s->local_dir);
+	else
+		net_local_run_dir(dir, cap);
+	return net_local_dir_secure(dir, true, s->o.local_group);
+}
 
+/* Write the generated admin token beside the local socket, 0600. */
+static int write_token_file(struct mn_server *s, const char *bound)
+{
+	char tmp[sizeof(s->token_path) + 8];
+	int fd, rc;
+
+	rc = mn_token_file_path(bound, s->local_dir, s->token_path, sizeof(s->token_path));
+	if (rc)
+		return rc;
+	snprintf(tmp, sizeof(tmp), "%s.new", s->token_path);
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		rc = -errno;
+	else if (write(fd, s->token, s->token_len) != (ssize_t)s->token_len ||
+		 write(fd, "\n", 1) != 1 || fsync(fd))
+		rc = -EIO;
+	if (fd >= 0)
+		close(fd);
+	if (!rc && rename(tmp, s->token_path) < 0)
+		rc = -errno;
+	if (rc) {
+		unlink(tmp);
+		dkv_err("cannot write the admin token file %s: %s", s->token_path,
+			dkv_strerror(rc));
+		s->token_path[0] = '\0';
+	}
+	return rc;
+}
+
+/* The local backend on "unix:PATH" (a path: abstract names have no
+ * permissions), or for a HOST:PORT node on DIR/memnode-PORT.sock. */
+static int start_local(struct mn_server *s, const char *addr, const char *port)
+{
+	char dir[80], path[120], laddr[128];
+	const char *p;
+	int rc;
+
+	if (port) {
+		rc = run_dir(s, dir, sizeof(dir));
+		if (!rc)
+			rc = net_local_node_path(dir, port, path, sizeof(path));
+		if (rc)
+			return rc;
+		snprintf(laddr, sizeof(laddr), "unix:%s", path);
+		addr = laddr;
+	}
+	p = addr + 5;
+	if (*p == '@') {
+		dkv_err("%s: an abstract socket has no permissions, any local user could reach "
+			"the region; listen on unix:PATH", addr);
+		return -EINVAL;
+	}
+	rc = net_domain_create(NET_LOCAL, &s->dom_local);
+	if (!rc && s->o.local_group >= 0)
+		rc = net_local_trust_group(s->dom_local, (unsigned)s->o.local_group);
 	if (!rc)
 		rc = net_reg_mr_fd(s->dom_local, s->rg.base, s->rg.size, s->rg.fd, 0,
 				   NET_ACCESS_LOCAL_WRITE, &s->mr_local);
 	if (!rc)
 		rc = rpc_server_listen(s->rpc, s->dom_local, addr, &s->addr_local);
+	/* connect(2) to a unix socket needs write permission on its file. */
+	if (!rc && chmod(p, s->o.local_group >= 0 ? 0660 : 0600) < 0)
+		rc = -errno;
+	if (!rc && s->o.local_group >= 0 && chown(p, (uid_t)-1, (gid_t)s->o.local_group) < 0)
+		rc = -errno;
 	return rc;
+}
+
+/* One line: who may come in. */
+static void log_access(const struct mn_server *s)
+{
+	if (!s->need_token)
+		dkv_info("no token: every peer that reaches this node can open, read and "
+			 "write every volume");
+	else if (s->token_path[0])
+		dkv_info("peers not of uid %u on this host need the admin token in %s "
+			 "(or a volume token)", (unsigned)geteuid(), s->token_path);
+	else
+		dkv_info("peers not of uid %u on this host need a token (admin: %s, volume "
+			 "tokens: %zu)", (unsigned)geteuid(), s->token_len ? "yes" : "no",
+			 s->nvol_tokens);
 }
 
 int mn_server_start(struct mn_server *s)
@@ -302,7 +434,6 @@ int mn_server_start(struct mn_server *s)
 	};
 	bool unix_only = !strncmp(s->listen, "unix:", 5);
 	enum net_kind kind;
-	char laddr[64];
 	int rc;
 
 	if (s->started)
@@ -312,13 +443,17 @@ int mn_server_start(struct mn_server *s)
 		return rc;
 	s->started = true;
 	if (unix_only) {
-		rc = start_local(s, s->listen);
+		rc = start_local(s, s->listen, NULL);
+		if (!rc && s->o.auto_token)
+			rc = write_token_file(s, s->listen);
 		if (rc)
 			dkv_err("cannot listen on %s: %s", s->listen, dkv_strerror(rc));
 		else
 			dkv_info("serving %s, region %llu MiB%s%s", s->addr_local,
 				 (unsigned long long)(s->rg.size >> 20),
 				 s->backing ? " backed by " : "", s->backing ? s->backing : "");
+		if (!rc)
+			log_access(s);
 		return rc;
 	}
 	kind = s->o.transport;
@@ -337,12 +472,20 @@ int mn_server_start(struct mn_server *s)
 		dkv_err("cannot listen on %s: %s", s->listen, dkv_strerror(rc));
 		return rc;
 	}
+	if (s->o.auto_token) {
+		char dir[80];
+		rc = run_dir(s, dir, sizeof(dir));
+		if (!rc)
+			rc = write_token_file(s, s->addr_net);
+		if (rc)
+			return rc;
+	}
 	if (!s->o.no_local) {
-		snprintf(laddr, sizeof(laddr), "unix:@dkvfs-memnode-%s", addr_port(s->addr_net));
-		rc = start_local(s, laddr);
+		rc = start_local(s, NULL, addr_port(s->addr_net));
 		if (rc) {
 			/* The network side works; same-host clients fall back to it. */
-			dkv_warn("not serving %s: %s", laddr, dkv_strerror(rc));
+			dkv_warn("not serving the local backend for port %s: %s",
+				 addr_port(s->addr_net), dkv_strerror(rc));
 			s->addr_local = NULL;
 		}
 	}
@@ -350,6 +493,7 @@ int mn_server_start(struct mn_server *s)
 		 s->addr_local ? " and " : "", s->addr_local ? s->addr_local : "",
 		 (unsigned long long)(s->rg.size >> 20), s->backing ? " backed by " : "",
 		 s->backing ? s->backing : "");
+	log_access(s);
 	return 0;
 }
 
@@ -384,10 +528,14 @@ void mn_server_destroy(struct mn_server *s)
 	net_domain_destroy(s->dom_local);
 	mn_region_close(&s->rg);
 	pthread_mutex_destroy(&s->lock);
+	if (s->token_path[0])
+		unlink(s->token_path);
 	free(s->listen);
 	dkv_ratelimit_release(&s->bad_peer_rl);
 	dkv_ratelimit_release(&s->comp_fail_rl);
 	free(s->backing);
+	free(s->vol_tokens);
+	free(s->local_dir);
 	free(s);
 }
 

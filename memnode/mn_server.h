@@ -8,9 +8,16 @@
  *     -> mn_server_start (listening) -> ... -> mn_server_stop -> mn_server_destroy
  *
  * Listening: "HOST:PORT" serves the network backend (rdma, tcp, or auto:
- * rdma when a device exists, else tcp) AND the local backend on the abstract
- * unix address "unix:@dkvfs-memnode-<PORT>" (PORT as bound, so port 0
- * works); "unix:PATH" or "unix:@NAME" serves only the local backend.
+ * rdma when a device exists, else tcp) AND the local backend on
+ * "unix:DIR/memnode-<PORT>.sock" (PORT as bound, so port 0 works; DIR is
+ * local_dir, default /tmp/dkvfs-EUID, kept 0700); "unix:PATH" serves only
+ * the local backend.  Socket files are 0600 (0660 with local_group).
+ *
+ * Who gets in (docs/security.md): a same-host peer of our euid, root, or
+ * local_group (SO_PEERCRED) is identified without a token and may share the
+ * region's mapping; any other peer must present the admin token (everything)
+ * or a volume token (that volume only) when the node has any token, and is
+ * served by frames with every access checked against its grants.
  *
  * Threads: create/start/stop/destroy from one thread; mn_server_addr & co.
  * and mn_server_stats from any thread after start.
@@ -22,17 +29,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memnode/mn_client.h"
 #include "net/net.h"
 
 struct mn_server;
+
+/* A token that opens one volume only. */
+struct mn_vol_token {
+	char volume[MN_VOLUME_NAME_MAX + 1];
+	uint8_t token[MN_TOKEN_MAX];
+	size_t len;
+};
 
 struct mn_server_opts {
 	const char *listen;       /* default "127.0.0.1:0" */
 	enum net_kind transport;  /* NET_AUTO, NET_TCP or NET_RDMA (for HOST:PORT) */
 	uint64_t size;            /* region bytes, default 1 GiB (rounded up to 1 MiB) */
 	const char *backing;      /* NULL: memfd (lost on exit); else a file kept across runs */
-	const void *token;        /* NULL: no token needed; else token_len bytes */
+	const void *token;        /* admin token, token_len bytes; NULL: see auto_token */
 	size_t token_len;
+	/* No token given: make a random admin token and write it, 0600, beside
+	 * the local socket as memnode-PORT.token (PATH.token for unix:PATH), so
+	 * that peers not identified by uid need it.  false and no token (and no
+	 * volume tokens): the node is open to every peer (--insecure). */
+	bool auto_token;
+	const struct mn_vol_token *vol_tokens; /* copied */
+	size_t nvol_tokens;
+	const char *local_dir;    /* HOST:PORT: the local socket's directory */
+	int local_group;          /* >= 0: trust this primary group too; default -1 */
 	int threads;              /* RPC worker threads, default 2 */
 	bool no_local;            /* HOST:PORT: don't also serve the local backend */
 };
@@ -63,5 +87,12 @@ int mn_parse_size(const char *s, uint64_t *out);
  * MN_TOKEN_MAX bytes, into tok[MN_TOKEN_MAX].  -errno of open/read, -EINVAL
  * (empty or too long; one log line says which). */
 int mn_token_file_read(const char *path, void *tok, size_t *len);
+/* A volume token file: lines "VOLUME TOKEN" ('#' starts a comment).  *out
+ * is malloc'd.  -errno, -EINVAL (one log line names the bad line). */
+int mn_vol_tokens_read(const char *path, struct mn_vol_token **out, size_t *n);
+/* The token file a node listening on addr (as bound) generates: beside its
+ * local socket, "DIR/memnode-PORT.token" or "PATH.token" (PATH without a
+ * ".sock" suffix).  dir NULL: net_local_run_dir().  -ENAMETOOLONG, -EINVAL. */
+int mn_token_file_path(const char *addr, const char *dir, char *buf, size_t cap);
 
 #endif

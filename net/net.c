@@ -17,6 +17,7 @@
 
 #include "common/err.h"
 #include "net/net_int.h"
+#include "net/net_stream.h"
 
 struct mr_ref {
 	struct net_mr pub; /* what the caller sees: a copy of the backend's */
@@ -132,6 +133,16 @@ static bool host_is_local(const char *host)
 	}
 	freeaddrinfo(res);
 	return local;
+}
+
+bool net_addr_is_local(const char *addr)
+{
+	char host[256], port[16];
+
+	if (addr && !strncmp(addr, "unix:", 5))
+		return true;
+	return addr && !net_parse_hostport(addr, host, sizeof(host), port, sizeof(port)) &&
+	       host_is_local(host);
 }
 
 enum net_kind net_kind_resolve(enum net_kind k, const char *addr)
@@ -314,6 +325,19 @@ const void *net_req_priv(const struct net_conn_req *r, size_t *len)
 const char *net_req_peer(const struct net_conn_req *r)
 {
 	return r->ops->req_peer(r);
+}
+
+bool net_req_peer_trusted(const struct net_conn_req *r)
+{
+	return r && r->ops == &net_local_ops && ns_req_trusted(r);
+}
+
+int net_local_trust_group(struct net_domain *d, unsigned gid)
+{
+	if (!d || d->ops != &net_local_ops)
+		return -EINVAL;
+	ns_domain_trust_group(d, gid);
+	return 0;
 }
 
 int net_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void *priv, size_t len,

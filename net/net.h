@@ -170,6 +170,27 @@ int net_get_request(struct net_listener *l, int timeout_ms, struct net_conn_req 
 const void *net_req_priv(const struct net_conn_req *r, size_t *len);
 /* Peer description for logs, e.g. "tcp:127.0.0.1:51234"; valid as the req. */
 const char *net_req_peer(const struct net_conn_req *r);
+/* The local backend's trust rule (docs/security.md): the requester is on
+ * this host and runs as our effective uid, as root, or with the domain's trust
+ * group (net_local_trust_group) as its primary group.  Only such peers share
+ * mappings; the memory node also takes it as identity in place of a token.
+ * Always false for tcp and rdma. */
+bool net_req_peer_trusted(const struct net_conn_req *r);
+/* Does addr name this host ("unix:..." or a HOST of one of our interfaces)? */
+bool net_addr_is_local(const char *addr);
+/* Local domains: also trust peers whose primary group is gid. -EINVAL for
+ * other kinds. */
+int net_local_trust_group(struct net_domain *d, unsigned gid);
+/* Where a memory node serving HOST:PORT puts its local socket and generated
+ * token by default, per euid: "/tmp/dkvfs-EUID". */
+void net_local_run_dir(char *buf, size_t cap);
+/* "DIR/memnode-PORT.sock" (dir NULL: net_local_run_dir).  -ENAMETOOLONG. */
+int net_local_node_path(const char *dir, const char *port, char *buf, size_t cap);
+/* Is dir safe for a node's socket and token: a directory (not a link) owned
+ * by our euid, closed to others (group may read and enter when group >= 0,
+ * which also makes it that group's)?  create: mkdir it (0700 / 0750) if
+ * missing and tighten its mode.  0, or -EPERM with one log line, or -errno. */
+int net_local_dir_secure(const char *dir, bool create, int group);
 /* Accept (with reply private data) or reject (the requester's net_connect
  * returns -ECONNREFUSED with the private data).  Both consume r. */
 int net_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void *priv,

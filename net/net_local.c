@@ -8,17 +8,76 @@
  * bounds and access itself before it copies.  Everything else (SEND,
  * WRITE_IMM's doorbell, non-shareable memory) goes by frame exactly as tcp.
  *
- * Addresses: "unix:PATH", "unix:@NAME" (abstract namespace), or "HOST:PORT",
- * which names the endpoint a memory node serving tcp on PORT also listens on:
- * "unix:@dkvfs-memnode-PORT".  So net_kind_resolve() may pick local for a
- * loopback HOST:PORT and the connection still reaches the same node.
+ * Sharing a mapping is trust: only peers that ns_peer_trusted() accepts
+ * (same euid, root, or the domain's trust group, by SO_PEERCRED) get the
+ * fds; every other peer is served by frame, with grants checked, as tcp.
+ *
+ * Addresses: "unix:PATH", "unix:@NAME" (abstract namespace, for tests: it has
+ * no permissions), or "HOST:PORT", which names the endpoint a memory node
+ * serving tcp on PORT also listens on: DIR/memnode-PORT.sock, DIR being
+ * net_local_run_dir() (/tmp/dkvfs-EUID, 0700).  So net_kind_resolve() may
+ * pick local for a loopback HOST:PORT and the connection still reaches the
+ * same node when it runs as the same user; otherwise there is no such socket
+ * (or its directory is not safely ours) and callers fall back to tcp.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
+#include "common/log.h"
 #include "net/net_stream.h"
+
+void net_local_run_dir(char *buf, size_t cap)
+{
+	snprintf(buf, cap, "/tmp/dkvfs-%u", (unsigned)geteuid());
+}
+
+int net_local_node_path(const char *dir, const char *port, char *buf, size_t cap)
+{
+	char d[80];
+	int n;
+
+	if (!dir) {
+		net_local_run_dir(d, sizeof(d));
+		dir = d;
+	}
+	n = snprintf(buf, cap, "%s/memnode-%s.sock", dir, port);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int net_local_dir_secure(const char *dir, bool create, int group)
+{
+	struct stat st;
+	mode_t want = group >= 0 ? 0750 : 0700;
+
+	if (create && mkdir(dir, want) < 0 && errno != EEXIST)
+		return -errno;
+	if (lstat(dir, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+		dkv_warn("%s is not a directory of uid %u: not using it for a memory node's "
+			 "local socket (remove it, or name another directory)",
+			 dir, (unsigned)geteuid());
+		return -EPERM;
+	}
+	if (create) { /* ours: make it exactly what it should be */
+		if (group >= 0 && st.st_gid != (gid_t)group && chown(dir, (uid_t)-1, (gid_t)group))
+			return -errno;
+		if ((st.st_mode & 07777) != want && chmod(dir, want) < 0)
+			return -errno;
+		return 0;
+	}
+	if (st.st_mode & 0022) {
+		dkv_warn("%s can be written by other users (mode %03o): not using it for a "
+			 "memory node's local socket (chmod 700 it)",
+			 dir, (unsigned)(st.st_mode & 0777));
+		return -EPERM;
+	}
+	return 0;
+}
 
 int net_local_sockaddr(const char *addr, struct sockaddr_storage *ss, socklen_t *len)
 {
@@ -34,11 +93,18 @@ int net_local_sockaddr(const char *addr, struct sockaddr_storage *ss, socklen_t 
 			return -EINVAL;
 		snprintf(name, sizeof(name), "%s", p);
 	} else {
-		char host[256], port[16];
+		char host[256], port[16], dir[80];
 		int err = net_parse_hostport(addr, host, sizeof(host), port, sizeof(port));
 		if (err)
 			return err;
-		snprintf(name, sizeof(name), "@dkvfs-memnode-%s", port);
+		net_local_run_dir(dir, sizeof(dir));
+		/* Only a directory that is ours alone can hold the node's
+		 * socket: anybody could have placed one elsewhere. */
+		if (net_local_dir_secure(dir, false, -1))
+			return -ECONNREFUSED;
+		err = net_local_node_path(dir, port, name, sizeof(name));
+		if (err)
+			return -EINVAL;
 	}
 	memset(un, 0, sizeof(*un));
 	un->sun_family = AF_UNIX;

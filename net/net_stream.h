@@ -110,6 +110,10 @@ void ns_conn_stats(const struct net_conn *c, struct net_stats *st);
 		.set_fault = ns_set_fault, .conn_stats = ns_conn_stats,                            \
 	}
 
+/* net_req_peer_trusted / net_local_trust_group for the local backend. */
+bool ns_req_trusted(const struct net_conn_req *r);
+void ns_domain_trust_group(struct net_domain *d, unsigned gid);
+
 /* Wrap an already connected stream socket (handshake done or skipped) in a
  * connection of domain d and start its threads; fd is consumed.  For tests
  * (the fuzzer feeds a socketpair) and for the backends themselves. */
@@ -121,7 +125,8 @@ int ns_conn_from_fd(struct net_domain *d, int fd, const struct net_conn_opts *o,
  * 0, -EINVAL (malformed), -EHOSTUNREACH (name does not resolve). */
 int net_tcp_sockaddr(const char *addr, bool passive, struct sockaddr_storage *ss, socklen_t *len);
 /* "unix:PATH", "unix:@NAME", or "HOST:PORT" which names the memory node's
- * local endpoint "unix:@dkvfs-memnode-PORT".  0 or -EINVAL. */
+ * local endpoint /tmp/dkvfs-EUID/memnode-PORT.sock.  0, -EINVAL, or
+ * -ECONNREFUSED when that directory is not safely ours. */
 int net_local_sockaddr(const char *addr, struct sockaddr_storage *ss, socklen_t *len);
 /* Format ss as an address string ("127.0.0.1:4000", "unix:@x").  */
 void ns_format_addr(const struct sockaddr_storage *ss, socklen_t len, bool local, char *buf,

@@ -54,8 +54,8 @@ static void conn_free(struct ns_conn *c)
 	free(c);
 }
 
-static int conn_new(struct ns_domain *d, int fd, const struct net_conn_opts *o, const char *peer,
-		    struct ns_conn **out)
+static int conn_new(struct ns_domain *d, int fd, bool share, const struct net_conn_opts *o,
+		    const char *peer, struct ns_conn **out)
 {
 	struct ns_conn *c = calloc(1, sizeof(*c));
 	if (!c)
@@ -64,6 +64,7 @@ static int conn_new(struct ns_domain *d, int fd, const struct net_conn_opts *o, 
 	c->d = d;
 	c->fd = fd;
 	c->local = d->local;
+	c->share = d->local && share;
 	net_conn_opts_fill(&c->o, o);
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	pthread_condattr_t ca;
@@ -145,7 +146,7 @@ int ns_conn_from_fd(struct net_domain *dd, int fd, const struct net_conn_opts *o
 
 	err = ns_set_nonblock(fd);
 	if (!err)
-		err = conn_new(d, fd, o, peer, &c);
+		err = conn_new(d, fd, true, o, peer, &c);
 	if (err) {
 		close(fd);
 		return err;
@@ -280,13 +281,24 @@ static void describe_peer(struct ns_domain *d, int fd, const struct sockaddr_sto
 		struct ucred cr;
 		socklen_t cl = sizeof(cr);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
-			snprintf(buf, cap, "local:pid %d", (int)cr.pid);
+			snprintf(buf, cap, "local:pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
 		else
 			snprintf(buf, cap, "local:?");
 		return;
 	}
 	ns_format_addr(ss, len, false, a, sizeof(a));
 	snprintf(buf, cap, "tcp:%s", a);
+}
+
+bool ns_peer_trusted(const struct ns_domain *d, int fd)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
+		return false;
+	return cr.uid == geteuid() || cr.uid == 0 ||
+	       (d->trust_gid != (gid_t)-1 && cr.gid == d->trust_gid);
 }
 
 uint64_t ns_deadline_after(int timeout_ms)
@@ -331,6 +343,7 @@ int ns_get_request(struct net_listener *ll, int timeout_ms, struct net_conn_req 
 		r->fd = fd;
 		ns_tune_socket(fd, l->d->local);
 		describe_peer(l->d, fd, &ss, len, r->peer, sizeof(r->peer));
+		r->trusted = l->d->local && ns_peer_trusted(l->d, fd);
 		/* A connector gets a bounded time to say hello, whatever our
 		 * caller's timeout (even 0: the request is here, its HELLO may
 		 * be a moment behind), so one silent client cannot block us
@@ -359,6 +372,16 @@ const void *ns_req_priv(const struct net_conn_req *rr, size_t *len)
 	return r->priv;
 }
 
+bool ns_req_trusted(const struct net_conn_req *rr)
+{
+	return ((const struct ns_req *)rr)->trusted;
+}
+
+void ns_domain_trust_group(struct net_domain *dd, unsigned gid)
+{
+	to_dom(dd)->trust_gid = (gid_t)gid;
+}
+
 const char *ns_req_peer(const struct net_conn_req *rr)
 {
 	return ((const struct ns_req *)rr)->peer;
@@ -376,7 +399,7 @@ int ns_accept(struct net_conn_req *rr, const struct net_conn_opts *o, const void
 	net_conn_opts_fill(&full, o);
 	err = ns_sync_send(r->fd, &h, priv, len, ns_deadline_after(full.connect_timeout_ms));
 	if (!err)
-		err = conn_new(r->d, r->fd, &full, r->peer, &c);
+		err = conn_new(r->d, r->fd, r->trusted, &full, r->peer, &c);
 	if (err) {
 		close(r->fd);
 		free(r);
@@ -385,7 +408,7 @@ int ns_accept(struct net_conn_req *rr, const struct net_conn_opts *o, const void
 	free(r);
 	/* Linked first, so a registration made from now on is announced too. */
 	domain_link(c);
-	if (c->local)
+	if (c->share)
 		ns_announce_all(c);
 	ns_tx_ctrl(c, NS_HS_DONE, NULL, 0, -1);
 	err = conn_start(c);
@@ -492,11 +515,11 @@ int ns_connect(struct net_domain *dd, const char *addr, const struct net_conn_op
 		goto out_close;
 	}
 	snprintf(peer, sizeof(peer), "%s:%s", d->local ? "local" : "tcp", addr);
-	err = conn_new(d, fd, &full, peer, &c);
+	err = conn_new(d, fd, d->local && ns_peer_trusted(d, fd), &full, peer, &c);
 	if (err)
 		goto out_close;
 	domain_link(c);
-	if (c->local)
+	if (c->share)
 		ns_announce_all(c);
 	err = conn_start(c);
 	if (err) {

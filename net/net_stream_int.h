@@ -65,6 +65,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "net/net_stream.h"
@@ -107,6 +108,8 @@ struct ns_conn;
 struct ns_domain {
 	struct net_domain head;
 	bool local;
+	/* local: peers of this group may share mappings too (-1: none) */
+	gid_t trust_gid;
 	pthread_rwlock_t lock; /* mrs */
 	struct ns_ktab mrs;    /* key = lkey = rkey */
 	atomic_uint next_key;
@@ -186,6 +189,9 @@ struct ns_conn {
 	int fd;
 	int efd;
 	bool local;
+	/* local and the peer is trusted (ns_peer_trusted): mappings are shared
+	 * both ways.  Otherwise everything goes by frame, as over tcp. */
+	bool share;
 	char peer[128];
 	struct net_conn_opts o;
 	pthread_t rx_thread, tx_thread;
@@ -258,6 +264,7 @@ struct ns_req {
 	struct net_conn_req head;
 	struct ns_domain *d;
 	int fd;
+	bool trusted; /* ns_peer_trusted */
 	char peer[128];
 	uint8_t priv[NET_PRIV_MAX];
 	size_t plen;
@@ -345,6 +352,10 @@ void ns_announce_mr(struct ns_conn *c, const struct ns_mr *m);
 void ns_rmap_release(struct ns_rmap *m);
 int ns_rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr *h);
 void ns_announce_all(struct ns_conn *c);
+/* The local trust rule: the peer at the other end of unix socket fd runs as
+ * our effective uid, as root, or (when the domain names one) with the trust
+ * group as its primary group.  Only such peers share mappings. */
+bool ns_peer_trusted(const struct ns_domain *d, int fd);
 int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len, unsigned want,
 		   uint8_t **ptr);
 

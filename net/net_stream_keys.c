@@ -86,6 +86,7 @@ int ns_domain_create(bool local, const struct net_ops *ops, struct net_domain **
 	d->head.ops = ops;
 	d->head.kind = local ? NET_LOCAL : NET_TCP;
 	d->local = local;
+	d->trust_gid = (gid_t)-1;
 	pthread_rwlock_init(&d->lock, NULL);
 	pthread_mutex_init(&d->conns_mu, NULL);
 	/* Keys start away from 0 so a zeroed rkey is never valid. */
@@ -151,7 +152,8 @@ int ns_reg_mr(struct net_domain *dd, void *addr, size_t len, int fd, uint64_t fd
 	if (m->fd >= 0) {
 		pthread_mutex_lock(&d->conns_mu);
 		for (struct ns_conn *c = d->conns; c; c = c->dnext)
-			ns_announce_mr(c, m);
+			if (c->share)
+				ns_announce_mr(c, m);
 		pthread_mutex_unlock(&d->conns_mu);
 	}
 	*out = &m->pub;
@@ -178,7 +180,8 @@ int ns_dereg_mr(struct net_mr *mr)
 		put_u32(p, m->pub.lkey);
 		pthread_mutex_lock(&d->conns_mu);
 		for (struct ns_conn *c = d->conns; c; c = c->dnext)
-			ns_tx_ctrl(c, NS_MR_DEL, p, sizeof(p), -1);
+			if (c->share)
+				ns_tx_ctrl(c, NS_MR_DEL, p, sizeof(p), -1);
 		pthread_mutex_unlock(&d->conns_mu);
 		close(m->fd);
 	}
@@ -241,7 +244,7 @@ int ns_grant(struct net_conn *cc, struct net_mr *mr, void *addr, size_t len, uns
 	k.access = access & (NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE);
 	k.addr = (uintptr_t)addr;
 	k.len = len;
-	k.shared = c->local && m->fd >= 0;
+	k.shared = c->share && m->fd >= 0;
 
 	pthread_mutex_lock(&c->mu);
 	err = c->broken ? -ENOTCONN : ns_kt_insert(&c->grants, &k);

@@ -116,6 +116,17 @@ int ns_rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr *h)
 	err = ns_rd_read(rd, p, h->len);
 	if (err)
 		return err;
+	if (!c->share) {
+		/* An untrusted peer's memory is never mapped here (it could
+		 * truncate the file under us), so neither are its grants:
+		 * everything with it goes by frame. */
+		if (h->op == NS_MR_ADD) {
+			int fd = ns_inbox_pop(c);
+			if (fd >= 0)
+				close(fd);
+		}
+		return 0;
+	}
 	switch (h->op) {
 	case NS_MR_ADD:
 		return rx_mr_add(c, p, h->len);

@@ -110,7 +110,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 		pthread_mutex_unlock(&c->mu);
 		goto out;
 	}
-	try_local = c->local && wr->op != NET_WR_SEND;
+	try_local = c->share && wr->op != NET_WR_SEND;
 	s->local_busy = try_local;
 	pthread_mutex_unlock(&c->mu);
 

@@ -391,7 +391,7 @@ static int rx_frame(struct ns_reader *rd)
 
 	case NS_WRITE:
 	case NS_WRITE_IMM:
-		if ((h.flags & NS_F_INPLACE) && !c->local)
+		if ((h.flags & NS_F_INPLACE) && !c->share)
 			return -EPROTO;
 		err = ns_check_remote_access(c, h.rkey, h.raddr, h.len, NET_ACCESS_REMOTE_WRITE,
 					     &ptr);

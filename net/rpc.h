@@ -116,9 +116,10 @@ struct rpc_server_ops {
 	/* A connection request with the client's private data.  Return 0 to
 	 * accept (set *conn_user; reply data in rpriv, *rlen <= NET_PRIV_MAX)
 	 * or a negative code to reject (reject data in rpriv/ *rlen).
+	 * trusted: net_req_peer_trusted (a same-host peer identified by uid).
 	 * Called on the listener's thread. */
 	int (*on_connect)(void *user, const void *priv, size_t len, const char *peer,
-			  void **conn_user, void *rpriv, size_t *rlen);
+			  bool trusted, void **conn_user, void *rpriv, size_t *rlen);
 	/* The connection is up (before any request is handled). */
 	void (*on_established)(void *user, struct rpc_sconn *sc, void *conn_user);
 	/* The connection broke or the server stops; no new request will be

@@ -350,7 +350,8 @@ static void srv_accept_one(struct rpc_listener *L, struct net_conn_req *req)
 		net_reject(req, NULL, 0);
 		return;
 	}
-	rc = s->ops.on_connect(s->user, priv, plen, peer ? peer : "?", &user, rpriv, &rlen);
+	rc = s->ops.on_connect(s->user, priv, plen, peer ? peer : "?", net_req_peer_trusted(req),
+			       &user, rpriv, &rlen);
 	if (rlen > NET_PRIV_MAX)
 		rlen = NET_PRIV_MAX;
 	if (rc) {

@@ -362,7 +362,7 @@ Test(client, unix_only_node)
 	struct mn_server *s;
 	char name[64];
 
-	snprintf(name, sizeof(name), "unix:@dkvfs-test-mn-%d", (int)getpid());
+	snprintf(name, sizeof(name), "unix:/tmp/dkvfs-test-mn-%d.sock", (int)getpid());
 	mn_server_opts_init(&o);
 	o.listen = name;
 	o.size = 16 << 20;

@@ -28,7 +28,7 @@ struct tsrv {
 };
 
 static int t_on_connect(void *user, const void *priv, size_t len, const char *peer,
-			void **conn_user, void *rpriv, size_t *rlen)
+			bool trusted, void **conn_user, void *rpriv, size_t *rlen)
 {
 	*rlen = 0;
 	if (len == 4 && !memcmp(priv, "nope", 4))

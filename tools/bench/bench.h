@@ -92,7 +92,8 @@ int bench_node_start(const struct bench_opts *o, struct bench_node **out);
 void bench_node_stop(struct bench_node *n); /* NULL ok */
 /* "HOST:PORT" of the node's tcp listener. */
 const char *bench_node_addr(const struct bench_node *n);
-/* "unix:@dkvfs-memnode-PORT", the same node over the local backend. */
+/* "unix:/tmp/dkvfs-EUID/memnode-PORT.sock", the same node over the local
+ * backend (when it runs as our uid). */
 const char *bench_node_local_addr(const struct bench_node *n);
 /* True when this run started the node (it may then restart it empty). */
 bool bench_node_owned(const struct bench_node *n);

@@ -2,7 +2,7 @@
  *
  * Either the one named by --memnode=HOST:PORT, or one this process starts
  * with mn_server on 127.0.0.1:0 (tcp, plus the local backend on
- * "unix:@dkvfs-memnode-PORT"), region --memnode_size of anonymous memory
+ * "unix:/tmp/dkvfs-EUID/memnode-PORT.sock"), region --memnode_size of anonymous memory
  * (memfd), so every benchmark is one command.  An owned node can be stopped
  * and started again empty: that is how dkv fill benchmarks get a fresh store.
  */
@@ -45,9 +45,12 @@ int bench_node_start(const struct bench_opts *o, struct bench_node **out)
 		snprintf(n->addr, sizeof(n->addr), "%s", o->memnode);
 		if (!colon || !strncmp(o->memnode, "unix:", 5))
 			snprintf(n->local_addr, sizeof(n->local_addr), "%s", o->memnode);
-		else
-			snprintf(n->local_addr, sizeof(n->local_addr), "unix:@dkvfs-memnode-%s",
-				 colon + 1);
+		else {
+			char path[120];
+			if (net_local_node_path(NULL, colon + 1, path, sizeof(path)))
+				path[0] = '\0';
+			snprintf(n->local_addr, sizeof(n->local_addr), "unix:%s", path);
+		}
 		*out = n;
 		return 0;
 	}

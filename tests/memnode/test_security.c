@@ -1,0 +1,276 @@
+/* tests/memnode/test_security.c — who gets into a memory node, and what they
+ * get (docs/security.md):
+ *   - a same-host peer of another uid is never handed the region's mapping:
+ *     even when it can reach the local socket and holds the admin token, it
+ *     is served by frames with its grants checked;
+ *   - without a token such a peer gets nothing; the node's own uid gets in
+ *     without one (SO_PEERCRED);
+ *   - a volume token opens that volume only and sees no node-wide state;
+ *   - the generated admin token, the local socket and their directory are
+ *     private to the node's uid, and a same-host client finds the token.
+ * The other-uid cases run in a forked child that drops to uid 65534. */
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "mn_test.h"
+#include "memnode/mn_proto.h"
+#include "net/rpc.h"
+
+TestSuite(security, .timeout = 60);
+
+/* How many mappings of the region (memfd "dkvfs-region") this process has. */
+static int region_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "dkvfs-region") != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Child: exit 0 when everything it saw matched (want_map: the region was
+ * mapped by opening the client), else a code naming the first mismatch. */
+static int peer_child(const char *addr, uid_t uid, const char *token, bool want_map)
+{
+	struct mn_client_opts o = {
+		.addr = addr, .transport = NET_LOCAL, .volume = "sec", .writer = true,
+		.create = true, .op_timeout_ms = 3000,
+	};
+	struct mn_client *c;
+	struct mn_extent e;
+	int before, after, rc;
+
+	if (uid && (setresgid(uid, uid, uid) || setresuid(uid, uid, uid)))
+		return 10;
+	if (token) {
+		o.token = token;
+		o.token_len = strlen(token);
+	}
+	before = region_maps();
+	rc = mn_client_open(&o, &c);
+	if (!token && uid)
+		return rc == -DKV_E_TOKEN ? 0 : 11; /* no token, not our uid: refused */
+	if (rc)
+		return 12;
+	after = region_maps();
+	if ((after > before) != want_map)
+		return 13;
+	/* Both ways the data path works and grants hold. */
+	if (mn_alloc_slab(c, 1 << 20, &e))
+		return 14;
+	char *b = mn_buf_alloc(c, 64 << 10);
+	for (size_t i = 0; i < (64 << 10); i++)
+		b[i] = (char)(i * 7 + uid);
+	if (mn_write(c, e.off, b, 64 << 10))
+		return 15;
+	memset(b, 0, 64 << 10);
+	if (mn_read(c, e.off, b, 64 << 10))
+		return 16;
+	for (size_t i = 0; i < (64 << 10); i++)
+		if (b[i] != (char)(i * 7 + uid))
+			return 17;
+	if (mn_read(c, e.off + (1 << 20) - 8, b, 16) != -DKV_E_GRANT)
+		return 18;
+	mn_buf_free(c, b);
+	mn_free_slab(c, e.off);
+	mn_client_close(c);
+	return 0;
+}
+
+static int run_child(const char *addr, uid_t uid, const char *token, bool want_map)
+{
+	int st;
+	pid_t p = fork();
+
+	cr_assert_geq(p, 0);
+	if (p == 0)
+		_exit(peer_child(addr, uid, token, want_map));
+	cr_assert_eq(waitpid(p, &st, 0), p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+Test(security, local_peer_of_another_uid_gets_frames_not_the_region)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	char path[96], addr[112];
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-sec-%d.sock", (int)getpid());
+	snprintf(addr, sizeof(addr), "unix:%s", path);
+	mn_server_opts_init(&o);
+	o.listen = addr;
+	o.size = 16 << 20;
+	o.token = "admin-token";
+	o.token_len = strlen(o.token);
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600, "local socket mode %o", st.st_mode & 0777);
+	/* Widen the socket as a careless operator might: the node itself must
+	 * still keep the mapping to its own uid. */
+	cr_assert_eq(chmod(path, 0666), 0);
+
+	cr_assert_eq(run_child(addr, 0, NULL, true), 0, "same uid: no token, shared mapping");
+	cr_assert_eq(run_child(addr, 65534, NULL, false), 0, "other uid without a token");
+	cr_assert_eq(run_child(addr, 65534, "admin-token", false), 0,
+		     "other uid with the token: frames only, grants checked");
+	mn_server_destroy(s);
+}
+
+/* A tcp client with token tok on volume vol; its open's result. */
+static int open_as(const char *addr, const char *vol, const char *tok, struct mn_client **c)
+{
+	*c = NULL;
+	return mt_open(addr, vol, false, tok, 3000, c);
+}
+
+Test(security, volume_token_opens_that_volume_only)
+{
+	struct mn_vol_token vt[2] = {
+		{ .volume = "a", .token = "token-of-a", .len = 10 },
+		{ .volume = "b", .token = "token-of-b", .len = 10 },
+	};
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *c;
+	static char buf[RPC_REPLY_MAX + 1];
+	size_t len;
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.token = "admin-token";
+	o.token_len = strlen(o.token);
+	o.vol_tokens = vt;
+	o.nvol_tokens = 2;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	const char *addr = mn_server_addr(s);
+
+	/* the admin token creates both volumes and lists them */
+	cr_assert_eq(open_as(addr, "a", "admin-token", &c), 0);
+	mn_client_close(c);
+	cr_assert_eq(open_as(addr, "b", "admin-token", &c), 0);
+	cr_assert_eq(mn_call(c, MN_OP_VOLUMES, NULL, 0, NULL, 0, buf, RPC_REPLY_MAX, &len), 0);
+	cr_assert(memmem(buf, len, "a id=", 5) && memmem(buf, len, "b id=", 5));
+	cr_assert_eq(mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, buf, RPC_REPLY_MAX, &len), 0);
+	cr_assert(memmem(buf, len, "volume.a.", 9), "the admin sees every volume");
+	mn_client_close(c);
+
+	/* a's token: a yes, b no, nothing node-wide */
+	cr_assert_eq(open_as(addr, "a", "token-of-a", &c), 0);
+	cr_assert_eq(mn_call(c, MN_OP_VOLUMES, NULL, 0, NULL, 0, buf, RPC_REPLY_MAX, &len),
+		     -DKV_E_TOKEN);
+	cr_assert_eq(mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, buf, RPC_REPLY_MAX, &len), 0);
+	cr_assert(!memmem(buf, len, "volume.b.", 9) && !memmem(buf, len, "client.", 7),
+		  "a volume's client sees other volumes and peers");
+	struct mn_node_stats ns;
+	cr_assert_eq(mn_stats(c, &ns), 0, "df needs the capacity figures");
+	cr_assert_eq(ns.capacity, 16 << 20);
+	mn_client_close(c);
+	cr_assert_eq(open_as(addr, "b", "token-of-a", &c), -DKV_E_TOKEN);
+	cr_assert_eq(open_as(addr, "c", "token-of-a", &c), -DKV_E_TOKEN, "nor create another");
+	cr_assert_eq(open_as(addr, "b", "token-of-b", &c), 0);
+	mn_client_close(c);
+
+	/* no token, a wrong one, a prefix of a right one */
+	cr_assert_eq(open_as(addr, "a", NULL, &c), -DKV_E_TOKEN);
+	cr_assert_eq(open_as(addr, "a", "token-of-c", &c), -DKV_E_TOKEN);
+	cr_assert_eq(open_as(addr, "a", "token-of", &c), -DKV_E_TOKEN);
+	mn_server_destroy(s);
+}
+
+Test(security, generated_token_is_private_and_required)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *c;
+	char dir[64], tokpath[128], sock[128], tok[MN_TOKEN_MAX + 1] = "";
+	struct stat st;
+	size_t tl = 0;
+
+	snprintf(dir, sizeof(dir), "/tmp/dkvfs-test-secdir-%d", (int)getpid());
+	mkdir(dir, 0755); /* too open: the node must close it */
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.auto_token = true;
+	o.local_dir = dir;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	const char *addr = mn_server_addr(s);
+	const char *port = strrchr(addr, ':') + 1;
+
+	cr_assert_eq(stat(dir, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0700, "dir mode %o", st.st_mode & 0777);
+	snprintf(sock, sizeof(sock), "%s/memnode-%s.sock", dir, port);
+	cr_assert_eq(stat(sock, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+	snprintf(tokpath, sizeof(tokpath), "%s/memnode-%s.token", dir, port);
+	cr_assert_eq(stat(tokpath, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+	cr_assert_eq(mn_token_file_read(tokpath, tok, &tl), 0);
+	cr_assert_geq(tl, 24, "a token of %zu bytes is guessable", tl);
+
+	/* over tcp the token is required (the client looks for it in
+	 * /tmp/dkvfs-EUID, not in this test's directory, so it has none) */
+	cr_assert_eq(open_as(addr, "v", NULL, &c), -DKV_E_TOKEN);
+	cr_assert_eq(open_as(addr, "v", tok, &c), 0);
+	mn_client_close(c);
+	/* over the local socket our uid is enough */
+	char laddr[160];
+	snprintf(laddr, sizeof(laddr), "unix:%s", sock);
+	struct mn_client_opts lo = { .addr = laddr, .transport = NET_LOCAL, .volume = "v",
+				     .op_timeout_ms = 3000 };
+	cr_assert_eq(mn_client_open(&lo, &c), 0);
+	mn_client_close(c);
+	mn_server_destroy(s);
+	cr_assert_neq(access(tokpath, F_OK), 0, "the token file outlived the node");
+	rmdir(dir);
+}
+
+Test(security, same_host_client_finds_the_generated_token)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *c;
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.auto_token = true; /* default directory: /tmp/dkvfs-EUID */
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	/* The README's commands give no token: tcp on this host still works. */
+	cr_assert_eq(open_as(mn_server_addr(s), "v", NULL, &c), 0);
+	mn_client_close(c);
+	cr_assert_eq(open_as(mn_server_addr(s), "v", "not-the-token", &c), -DKV_E_TOKEN);
+	mn_server_destroy(s);
+}
+
+Test(security, unsafe_socket_directories_are_refused)
+{
+	char d[64], l[80];
+
+	snprintf(d, sizeof(d), "/tmp/dkvfs-test-unsafe-%d", (int)getpid());
+	cr_assert_eq(mkdir(d, 0700), 0);
+	cr_assert_eq(net_local_dir_secure(d, false, -1), 0);
+	cr_assert_eq(chmod(d, 0777), 0);
+	cr_assert_eq(net_local_dir_secure(d, false, -1), -EPERM, "world-writable");
+	cr_assert_eq(chmod(d, 0700), 0);
+	cr_assert_eq(chown(d, 65534, 65534), 0);
+	cr_assert_eq(net_local_dir_secure(d, false, -1), -EPERM, "another user's");
+	cr_assert_eq(net_local_dir_secure(d, true, -1), -EPERM, "not taken over either");
+	cr_assert_eq(chown(d, 0, 0), 0);
+	snprintf(l, sizeof(l), "%s.link", d);
+	cr_assert_eq(symlink(d, l), 0);
+	cr_assert_eq(net_local_dir_secure(l, false, -1), -EPERM, "a symlink");
+	unlink(l);
+	rmdir(d);
+}

@@ -1,0 +1,128 @@
+/* tests/mount/test_security.c — a memory node started as the README shows
+ * (`dkvfs-memnode --listen 127.0.0.1:PORT`, no token file) serves a mount of
+ * its own uid, and an unprivileged local user (uid 65534) gets no byte of any
+ * volume through any socket the node opens: not over tcp, not over its unix
+ * sockets (found from /proc, so a new one cannot hide), not from its token
+ * or region files.  Holding a copy of the token, the same user gets in:
+ * the refusals come from the node's checks, not from an unreachable node. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers/mount_fixture.h"
+
+TestSuite(security, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
+
+#define NOBODY "setpriv --reuid=65534 --regid=65534 --clear-groups"
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* The unix socket paths the node listens on, one per line in out ("@name"
+ * for abstract ones), from its fds and /proc/net/unix. */
+static void node_unix_sockets(pid_t pid, char *out, size_t cap)
+{
+	sh_out(out, cap,
+	       "for f in /proc/%d/fd/*; do readlink $f; done | sed -n 's/^socket:\\[\\([0-9]*\\)\\]$/\\1/p' "
+	       "| while read i; do awk -v i=$i '$7 == i && $8 != \"\" { print $8 }' /proc/net/unix; done "
+	       "| sort -u",
+	       (int)pid);
+}
+
+Test(security, another_user_gets_no_byte_of_any_volume)
+{
+	char listen[64], addr[64], region[PATH_MAX + 16], tok[96], socks[2048], out[4096];
+	int port = free_port();
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	snprintf(region, sizeof(region), "%s/region", T);
+	snprintf(tok, sizeof(tok), "/tmp/dkvfs-0/memnode-%d.token", port);
+	extra_node = fork();
+	if (extra_node == 0) {
+		char bin[PATH_MAX + 32], log[PATH_MAX + 16];
+		snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
+		snprintf(log, sizeof(log), "%s/node.log", T);
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "256M", "--backing", region,
+		      (char *)NULL);
+		_exit(127);
+	}
+	int rc = 1;
+	for (int tries = 0; tries < 100 && rc; tries++) {
+		rc = sh("%s/dkvfs -o memnode=%s,volume=secret %s 2>/dev/null", B, addr, MNT);
+		if (rc)
+			usleep(100 * 1000);
+	}
+	cr_assert_eq(rc, 0, "mount on the node as its own uid, no token given");
+	cr_assert_eq(sh("printf 'the-secret-%d' > %s/s && sync %s/s", port, MNT, MNT), 0);
+	cr_assert_eq(sh("grep -q 'peers not of uid 0 on this host need the admin token in %s' %s/node.log",
+			tok, T), 0, "the node says who gets in");
+
+	/* Nothing of the node is readable by others. */
+	struct stat st;
+	cr_assert_eq(stat(tok, &st), 0);
+	cr_assert_eq(st.st_mode & 0077, 0, "token file mode %o", st.st_mode & 0777);
+	cr_assert_eq(stat(region, &st), 0);
+	cr_assert_eq(st.st_mode & 0077, 0, "region file mode %o", st.st_mode & 0777);
+	cr_assert_neq(sh(NOBODY " cat %s >/dev/null 2>&1", tok), 0);
+
+	/* Every socket the node listens on refuses uid 65534. */
+	node_unix_sockets(extra_node, socks, sizeof(socks));
+	cr_assert(strstr(socks, "/tmp/dkvfs-0/memnode-"), "the node's local socket: %s", socks);
+	cr_assert_null(strchr(socks, '@'), "an abstract socket has no permissions: %s", socks);
+	for (char *p = socks, *nl; *p; p = nl + 1) {
+		nl = strchrnul(p, '\n');
+		char save = *nl;
+		*nl = '\0';
+		sh_out(out, sizeof(out), NOBODY " %s/dkvfs-ctl --memnode=unix:%s volumes 2>&1; echo rc=$?",
+		       B, p);
+		cr_assert(strstr(out, "rc=1") && !strstr(out, "secret id="), "%s gave: %s", p, out);
+		*nl = save;
+		if (!save)
+			break;
+	}
+	const char *transports[] = { "auto", "tcp", "local" };
+	for (int i = 0; i < 3; i++) {
+		sh_out(out, sizeof(out),
+		       NOBODY " %s/dkvfs-ctl --memnode=%s --transport %s --volume=secret volumes 2>&1; "
+		       "echo rc=$?", B, addr, transports[i]);
+		cr_assert(strstr(out, "rc=1") && !strstr(out, "secret id="), "%s: %s", transports[i],
+			  out);
+	}
+	/* the same user holding the token gets in: it is the token that refuses */
+	cr_assert_eq(sh("install -m 644 %s %s/tok.copy && chmod 755 %s", tok, T, T), 0);
+	sh_out(out, sizeof(out),
+	       NOBODY " %s/dkvfs-ctl --memnode=%s --transport tcp --token-file %s/tok.copy volumes 2>&1",
+	       B, addr, T);
+	cr_assert(strstr(out, "secret id="), "with the token: %s", out);
+	cr_assert_eq(sh("chmod 700 %s", T), 0);
+	/* and the owner still reads its file */
+	cr_assert_eq(sh("test \"$(cat %s/s)\" = the-secret-%d", MNT, port), 0);
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
+	kill(extra_node, SIGTERM);
+	waitpid(extra_node, NULL, 0);
+	extra_node = 0;
+	cr_assert_neq(access(tok, F_OK), 0, "the token file outlived its node");
+}
