@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/coding.h"
 #include "common/err.h"
@@ -51,6 +52,9 @@
 #include "net/rpc.h"
 
 #define COMP_RETRY_MS 200
+/* compact_all on a full node: merges refused with ENOSPC are retried this
+ * many times, COMP_RETRY_MS apart, with deletes flushed in between. */
+#define MANUAL_ENOSPC_TRIES 25
 #define COMP_CHUNK_MAX (64ull << 20)  /* input bytes per request */
 #define COMP_OUT_MAX 256              /* expected outputs per request */
 #define COMP_L0_MAX (256ull << 20)    /* L0 input bytes per compaction */
@@ -1024,10 +1028,21 @@ static void *comp_main(void *arg)
 
 		if (is_manual) {
 			/* Automatic work first would race the manual order;
-			 * compact_all simply drains every level downwards. */
-			do
-				r = compact_once(db, true);
-			while (r == 1 && !atomic_load(&c->cancel));
+			 * compact_all simply drains every level downwards.  A
+			 * full node may refuse a merge until the deletes that
+			 * free it are flushed and the node has finished giving
+			 * back what failed jobs held: retry like the automatic
+			 * loop does, for a bounded time. */
+			for (int tries = 0;; tries++) {
+				do
+					r = compact_once(db, true);
+				while (r == 1 && !atomic_load(&c->cancel));
+				if (r != -ENOSPC || tries >= MANUAL_ENOSPC_TRIES ||
+				    atomic_load(&c->cancel))
+					break;
+				eng_flush_deletes(db);
+				usleep(COMP_RETRY_MS * 1000);
+			}
 		} else {
 			r = compact_once(db, false);
 		}
