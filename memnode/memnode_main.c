@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -171,6 +172,12 @@ int main(int argc, char **argv)
 		dkv_warn("INSECURE (--insecure): no token; every peer that reaches this node "
 			 "can open, read and write every volume");
 	o.auto_token = !insecure;
+	/* Every connection and every handshake in progress is an fd. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 
 	/* Every thread inherits the mask; main waits for the signal. */
 	sigemptyset(&set);

@@ -60,6 +60,7 @@
 #ifndef DKV_NET_STREAM_INT_H
 #define DKV_NET_STREAM_INT_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -68,6 +69,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "common/ratelimit.h"
 #include "net/net_stream.h"
 
 #define NS_RXBUF	   (64 * 1024)
@@ -252,12 +254,22 @@ struct ns_conn {
 	atomic_uint_fast64_t bytes_sent, bytes_recv, ops_posted, ops_completed, ops_failed;
 };
 
+/* Handshakes in progress on one listener at most (a flood beyond it drops
+ * the oldest), and how long each may take to send its HELLO. */
+#define NS_MAX_HANDSHAKES 4096
+#define NS_HELLO_MS	  3000
+
+struct ns_pending;
 struct ns_listener {
 	struct net_listener head;
 	struct ns_domain *d;
 	int fd;
 	char addr[128];
 	char unlink_path[128];
+	struct ns_pending *pend[NS_MAX_HANDSHAKES]; /* accepted, HELLO not in yet */
+	size_t npend, next_pend;
+	struct pollfd pfd[NS_MAX_HANDSHAKES + 1];
+	struct dkv_ratelimit drop_rl; /* "dropped a connection attempt" lines */
 };
 
 struct ns_req {

@@ -24,6 +24,16 @@ static inline uint64_t mt_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Factor for timeouts: the runner sets DKVFS_TEST_TIME_SCALE for sanitizer
+ * builds (as tests/engine/eng_test.h). */
+static inline int test_time_scale(void)
+{
+	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
+	int k = e ? atoi(e) : 1;
+
+	return k > 1 && k <= 100 ? k : 1;
+}
+
 /* An in-process server on 127.0.0.1:0 with a memfd region. */
 static inline struct mn_server *mt_server(uint64_t size, const char *token)
 {

@@ -1,0 +1,84 @@
+/* tests/memnode/test_limits.c — a memory node under a flood of connections
+ * that never say hello, or say garbage, still lets a real client in at once:
+ * handshakes proceed side by side (net/net_stream_listen.c), each under its
+ * own deadline, instead of one at a time for up to 3 s each. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "mn_test.h"
+
+TestSuite(limits, .timeout = 120);
+
+static int connect_to(const char *addr)
+{
+	char host[64];
+	const char *colon = strrchr(addr, ':');
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+	a.sin_port = htons((uint16_t)atoi(colon + 1));
+	cr_assert_eq(inet_pton(AF_INET, host, &a.sin_addr), 1);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
+		     strerror(errno));
+	return fd;
+}
+
+Test(limits, silent_and_garbage_connections_delay_nobody)
+{
+	enum { SILENT = 1000, GARBAGE = 100 };
+	static int fds[SILENT + GARBAGE];
+	struct rlimit rl;
+	struct mn_server *s;
+	struct mn_client *c;
+	struct mn_node_stats st;
+	uint64_t t0, took;
+	char junk[256];
+
+	/* 1,100 sockets here and as many accepted by the in-process node */
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 4 * (SILENT + GARBAGE)) {
+		rl.rlim_cur = rl.rlim_max;
+		cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	cr_assert_geq(rl.rlim_cur, 3 * (SILENT + GARBAGE), "open-file limit %llu too low",
+		      (unsigned long long)rl.rlim_cur);
+	s = mt_server(16 << 20, NULL);
+	const char *addr = mn_server_addr(s);
+
+	for (int i = 0; i < SILENT; i++)
+		fds[i] = connect_to(addr);
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 37 + 11);
+	for (int i = SILENT; i < SILENT + GARBAGE; i++) {
+		fds[i] = connect_to(addr);
+		cr_assert_eq(write(fds[i], junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	}
+	usleep(200 * 1000); /* the node has seen them all */
+
+	t0 = mt_now_ms();
+	cr_assert_eq(mt_open(addr, "v", true, NULL, 5000, &c), 0, "open during the flood");
+	cr_assert_eq(mn_stats(c, &st), 0);
+	took = mt_now_ms() - t0;
+	/* One by one the silent connections took 3 s each: the open timed out. */
+	cr_assert_lt(took, 1000ull * test_time_scale(), "a client waited %llu ms behind the flood",
+		     (unsigned long long)took);
+	cr_assert_eq(st.clients, 1, "the flood is not counted as clients");
+	mn_client_close(c);
+
+	/* The garbage connections were dropped, not kept: they read EOF. */
+	for (int i = SILENT; i < SILENT + GARBAGE; i++) {
+		struct pollfd p = { .fd = fds[i], .events = POLLIN };
+		char b[64];
+		cr_assert_eq(poll(&p, 1, 2000 * test_time_scale()), 1, "garbage connection %d kept", i);
+		cr_assert_leq(read(fds[i], b, sizeof(b)), 0);
+	}
+	for (int i = 0; i < SILENT + GARBAGE; i++)
+		close(fds[i]);
+	mn_server_destroy(s);
+}
