@@ -94,33 +94,65 @@ static int run_child(const char *addr, uid_t uid, const char *token, bool want_m
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
+/* The node runs in a child forked before this process has any thread, so the
+ * peers forked below start from a single-threaded parent (a fork from a
+ * threaded one may inherit a lock held by a thread that is gone: under ASan
+ * that hung).  It reports readiness on a pipe and runs until killed. */
+static pid_t node_child(const char *addr, const char *path)
+{
+	int pfd[2];
+	char c;
+	pid_t p;
+
+	cr_assert_eq(pipe(pfd), 0);
+	p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		struct mn_server_opts o;
+		struct mn_server *s;
+		mn_server_opts_init(&o);
+		o.listen = addr;
+		o.size = 16 << 20;
+		o.token = "admin-token";
+		o.token_len = strlen(o.token);
+		if (mn_server_create(&o, &s) || mn_server_start(s))
+			_exit(1);
+		struct stat st;
+		/* 'm': the socket had the wrong mode */
+		c = stat(path, &st) == 0 && (st.st_mode & 0777) == 0600 ? 'y' : 'm';
+		/* Widen the socket as a careless operator might: the node itself
+		 * must still keep the mapping to its own uid. */
+		if (chmod(path, 0666))
+			c = 'c';
+		if (write(pfd[1], &c, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	cr_assert_eq(read(pfd[0], &c, 1), 1, "the node did not start");
+	close(pfd[0]);
+	cr_assert_eq(c, 'y', "the node's local socket is not 0600 (%c)", c);
+	return p;
+}
+
 Test(security, local_peer_of_another_uid_gets_frames_not_the_region)
 {
-	struct mn_server_opts o;
-	struct mn_server *s;
 	char path[96], addr[112];
+	pid_t node;
 
 	snprintf(path, sizeof(path), "/tmp/dkvfs-test-sec-%d.sock", (int)getpid());
 	snprintf(addr, sizeof(addr), "unix:%s", path);
-	mn_server_opts_init(&o);
-	o.listen = addr;
-	o.size = 16 << 20;
-	o.token = "admin-token";
-	o.token_len = strlen(o.token);
-	cr_assert_eq(mn_server_create(&o, &s), 0);
-	cr_assert_eq(mn_server_start(s), 0);
-	struct stat st;
-	cr_assert_eq(stat(path, &st), 0);
-	cr_assert_eq(st.st_mode & 0777, 0600, "local socket mode %o", st.st_mode & 0777);
-	/* Widen the socket as a careless operator might: the node itself must
-	 * still keep the mapping to its own uid. */
-	cr_assert_eq(chmod(path, 0666), 0);
-
-	cr_assert_eq(run_child(addr, 0, NULL, true), 0, "same uid: no token, shared mapping");
-	cr_assert_eq(run_child(addr, 65534, NULL, false), 0, "other uid without a token");
-	cr_assert_eq(run_child(addr, 65534, "admin-token", false), 0,
-		     "other uid with the token: frames only, grants checked");
-	mn_server_destroy(s);
+	node = node_child(addr, path);
+	int r1 = run_child(addr, 0, NULL, true);
+	int r2 = run_child(addr, 65534, NULL, false);
+	int r3 = run_child(addr, 65534, "admin-token", false);
+	kill(node, SIGKILL);
+	waitpid(node, NULL, 0);
+	unlink(path);
+	cr_assert_eq(r1, 0, "same uid: no token, shared mapping");
+	cr_assert_eq(r2, 0, "other uid without a token");
+	cr_assert_eq(r3, 0, "other uid with the token: frames only, grants checked");
 }
 
 /* A tcp client with token tok on volume vol; its open's result. */
