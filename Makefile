@@ -10,6 +10,7 @@
 #   make mount MNT=DIR   deps + build + mount a volume on an embedded memory node
 #   make install    install the programs under $(PREFIX)
 #   make SANITIZE=address,undefined check   /   make SANITIZE=thread check
+#   make fuzz [FUZZ_SECONDS=30]   libFuzzer harnesses (clang, ASan+UBSan), tests/fuzz/
 
 CC       ?= cc
 PREFIX   ?= /usr/local
@@ -39,6 +40,15 @@ ALL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS    += -fsanitize=$(SANITIZE)
 OUT        := $(BUILD)-$(subst $(comma),-,$(SANITIZE))
 endif
+# The fuzzing build (make fuzz runs make with FUZZING=1 CC=clang): every
+# object instrumented for libFuzzer, ASan and UBSan, checksums not enforced
+# (common/crc32c.h crc_ok) so the fuzzers reach the parsers behind them.
+ifeq ($(FUZZING),1)
+FUZZ_SAN   := address,undefined
+ALL_CFLAGS += -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -fno-omit-frame-pointer -DDKV_FUZZING
+OUT        := $(BUILD)-fuzz
+endif
+FUZZ_SECONDS ?= 30
 
 # Modules, lowest first.  A module's library links only against the ones
 # after it in its dependency list.
@@ -101,7 +111,25 @@ endef
 $(foreach m,$(sort $(notdir $(wildcard tests/*))),$(eval $(call testbin,$(m))))
 .SECONDARY:
 
-.PHONY: all deps check test mount install clean format
+# Fuzzers: tests/fuzz/fuzz_NAME.c -> $(BUILD)-fuzz/fuzz/fuzz_NAME
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(OUT)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+ifeq ($(FUZZING),1)
+$(OUT)/fuzz/%: $(OUT)/tests/fuzz/%.o $(call libs_of,fs)
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=fuzzer,$(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+$(OUT)/fuzz/mkseeds: $(OUT)/tests/fuzz/mkseeds.o $(call libs_of,fs)
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=$(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+endif
+fuzz-build: $(FUZZ_BINS)
+fuzz:
+	$(MAKE) FUZZING=1 CC=clang OPT=-O1 fuzz-build
+	scripts/fuzz.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
+fuzz-seeds:
+	$(MAKE) FUZZING=1 CC=clang OPT=-O1 $(BUILD)-fuzz/fuzz/mkseeds
+	$(BUILD)-fuzz/fuzz/mkseeds tests/fuzz/corpus
+
+.PHONY: all deps check test mount install clean format fuzz fuzz-build fuzz-seeds
 all: $(PROGRAM_BINS) $(TEST_BINS)
 
 deps:

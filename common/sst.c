@@ -190,7 +190,7 @@ int sst_record_decode(const void *p, size_t len, struct sst_record *rec)
 	hdr = (size_t)(q - b);
 	if (iklen + vlen > len - hdr)
 		return -EBADMSG;
-	if (crc32c(b + 4, hdr - 4 + iklen + vlen) != get_u32(b))
+	if (!crc_ok(get_u32(b), crc32c(b + 4, hdr - 4 + iklen + vlen)))
 		return -DKV_E_CORRUPT;
 	if ((ikey_trailer(q, iklen) & 0xff) > IKEY_TYPE_MAX)
 		return -EBADMSG;
@@ -561,7 +561,7 @@ int sst_footer_decode(const void *p, size_t len, uint64_t table_size, struct sst
 	f->version = get_u32(b + FT_VERSION);
 	if (f->version != SST_VERSION)
 		return -DKV_E_VERSION;
-	if (crc32c(b, FT_CRC) != get_u32(b + FT_CRC))
+	if (!crc_ok(get_u32(b + FT_CRC), crc32c(b, FT_CRC)))
 		return -DKV_E_CORRUPT;
 	f->flags = get_u32(b + FT_FLAGS);
 	f->size = get_u64(b + FT_SIZE);
@@ -789,9 +789,9 @@ int sst_index_parse(const void *tail, size_t tail_len, uint64_t table_size,
 	/* TAB(x) is the byte at table offset x, for x >= start. */
 	start = table_size - tail_len;
 #define TAB(x) (t + ((x) - start))
-	if (crc32c(TAB(ft.index_off), ft.index_len) != ft.index_crc ||
-	    crc32c(TAB(ft.filter_off), ft.filter_len) != ft.filter_crc ||
-	    crc32c(TAB(ft.meta_off), ft.meta_len) != ft.meta_crc)
+	if (!crc_ok(ft.index_crc, crc32c(TAB(ft.index_off), ft.index_len)) ||
+	    !crc_ok(ft.filter_crc, crc32c(TAB(ft.filter_off), ft.filter_len)) ||
+	    !crc_ok(ft.meta_crc, crc32c(TAB(ft.meta_off), ft.meta_len)))
 		return -DKV_E_CORRUPT;
 
 	idx = calloc(1, sizeof(*idx));

@@ -492,7 +492,7 @@ int eng_manifest_recover(struct eng_db *db, struct eng_edit *state)
 	if (rlen == 0)
 		return 1;
 	if (rlen < ENG_ROOT_SIZE || get_u32(root) != ENG_ROOT_MAGIC ||
-	    crc32c(root, 32) != get_u32(root + 32)) {
+	    !crc_ok(get_u32(root + 32), crc32c(root, 32))) {
 		dkv_err("volume root is not a dkvfs engine root (or is corrupt)");
 		return -DKV_E_CORRUPT;
 	}

@@ -60,7 +60,7 @@ int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_f
 
 		if (get_u64(h + 8) != log_no || plen > len - pos - ENG_WAL_HDR)
 			break;
-		if (crc32c(h + 4, ENG_WAL_HDR - 4 + plen) != get_u32(h))
+		if (!crc_ok(get_u32(h), crc32c(h + 4, ENG_WAL_HDR - 4 + plen)))
 			break;
 		r = fn(ctx, h + ENG_WAL_HDR, plen);
 		if (r)

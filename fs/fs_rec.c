@@ -125,7 +125,7 @@ int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
 	if (xl > FS_XATTR_MAX || pl > FS_INLINE_MAX + FS_SYMLINK_MAX ||
 	    (size_t)FS_REC_HDR + xl + pl + 4 != len)
 		return -EBADMSG;
-	if (get_u32(b + len - 4) != crc32c(b, len - 4))
+	if (!crc_ok(get_u32(b + len - 4), crc32c(b, len - 4)))
 		return -EBADMSG;
 	if (!xattr_blob_valid(b + FS_REC_HDR, xl))
 		return -EBADMSG;
@@ -272,7 +272,7 @@ void fs_super_encode(const struct fs_super *s, uint8_t out[FS_SUPER_LEN])
 int fs_super_decode(const void *buf, size_t len, struct fs_super *s)
 {
 	const uint8_t *b = buf;
-	if (len != FS_SUPER_LEN || get_u32(b) != FS_SUPER_MAGIC || get_u32(b + 28) != crc32c(b, 28))
+	if (len != FS_SUPER_LEN || get_u32(b) != FS_SUPER_MAGIC || !crc_ok(get_u32(b + 28), crc32c(b, 28)))
 		return -EBADMSG;
 	s->version = get_u32(b + 4);
 	s->chunk_shift = get_u32(b + 8);

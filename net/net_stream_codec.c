@@ -64,7 +64,7 @@ uint32_t ns_payload_len(const struct ns_hdr *h)
 
 int ns_hdr_decode(const uint8_t *in, struct ns_hdr *h)
 {
-	if (get_u32(in) != NS_MAGIC || get_u32(in + 44) != crc32c(in, 44))
+	if (get_u32(in) != NS_MAGIC || !crc_ok(get_u32(in + 44), crc32c(in, 44)))
 		return -EBADMSG;
 	if (in[4] != NS_VERSION)
 		return -DKV_E_VERSION;

@@ -88,7 +88,7 @@ int rpc_req_decode(const void *buf, size_t n, struct rpc_req_hdr *h)
 	h->len = get_u32(b + 8);
 	if (h->len != n - RPC_REQ_HDR)
 		return -EBADMSG;
-	if (get_u32(b + 60) != crc32c_extend(crc32c(b, 60), b + RPC_REQ_HDR, h->len))
+	if (!crc_ok(get_u32(b + 60), crc32c_extend(crc32c(b, 60), b + RPC_REQ_HDR, h->len)))
 		return -EBADMSG;
 	h->version = b[4];
 	h->flags = b[5];
@@ -137,7 +137,7 @@ static int reply_decode(const void *buf, size_t n, uint64_t req_id, int *status,
 	l = get_u32(b + 12);
 	if (l != n - RPC_REPLY_HDR)
 		return -EBADMSG;
-	if (get_u32(b + 28) != crc32c_extend(crc32c(b, 28), b + RPC_REPLY_HDR, l))
+	if (!crc_ok(get_u32(b + 28), crc32c_extend(crc32c(b, 28), b + RPC_REPLY_HDR, l)))
 		return -EBADMSG;
 	if (b[4] != RPC_VERSION)
 		return -DKV_E_VERSION;
