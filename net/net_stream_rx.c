@@ -274,8 +274,15 @@ static int rx_deliver(struct ns_reader *rd, const struct ns_hdr *h, bool imm)
 		}
 		if (!imm) {
 			err = ns_rd_read(rd, r.buf, h->len);
-			if (err)
+			if (err) {
+				/* The RECV is no longer in rq, so the flush of
+				 * the breaking connection would not see it: it
+				 * completes here, with the error. */
+				pthread_mutex_lock(&c->mu);
+				ns_recv_complete(c, r.wr_id, err, NET_WC_RECV, 0, 0);
+				pthread_mutex_unlock(&c->mu);
 				return err;
+			}
 		}
 		pthread_mutex_lock(&c->mu);
 		ns_recv_complete(c, r.wr_id, 0, imm ? NET_WC_RECV_IMM : NET_WC_RECV, h->len,
