@@ -15,6 +15,7 @@ static const struct {
 	{ DKV_E_LEASE, EBUSY, "volume is already opened by another writer" },
 	{ DKV_E_NODEVICE, ENODEV, "no RDMA device found; use transport=tcp" },
 	{ DKV_E_GRANT, EACCES, "remote access outside the granted memory" },
+	{ DKV_E_CONNS, EUSERS, "the memory node has reached its connection limit" },
 };
 
 const char *dkv_strerror(int err)

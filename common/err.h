@@ -17,6 +17,7 @@ enum dkv_err {
 	DKV_E_LEASE,       /* the volume has a writer already (EBUSY) */
 	DKV_E_NODEVICE,    /* no RDMA device on this machine (ENODEV) */
 	DKV_E_GRANT,       /* remote access outside what was granted (EACCES) */
+	DKV_E_CONNS,       /* the memory node's connection limit is reached (EUSERS) */
 	DKV_E_MAX,
 };
 

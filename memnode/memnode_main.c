@@ -33,6 +33,8 @@ static void usage(FILE *f)
 		"  --local-dir DIR       where a HOST:PORT node keeps its local socket and\n"
 		"                        generated token (default /tmp/dkvfs-UID, kept 0700)\n"
 		"  --local-group GROUP   also trust same-host peers of this primary group\n"
+		"  --max-conns N         connections at once, in all (default 1024)\n"
+		"  --max-conns-per-peer N  from one tcp host or local uid (default 128)\n"
 		"  --transport KIND      rdma, tcp or auto (default auto: rdma if a device\n"
 		"                        exists, else tcp)\n"
 		"  --threads N           RPC worker threads (default 2)\n"
@@ -64,6 +66,8 @@ int main(int argc, char **argv)
 		{ "insecure", no_argument, NULL, 'I' },
 		{ "local-dir", required_argument, NULL, 'D' },
 		{ "local-group", required_argument, NULL, 'G' },
+		{ "max-conns", required_argument, NULL, 'C' },
+		{ "max-conns-per-peer", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -121,6 +125,19 @@ int main(int argc, char **argv)
 			break;
 		case 'L':
 			o.no_local = true;
+			break;
+		case 'C':
+		case 'P':
+			n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > 1000000) {
+				fprintf(stderr, "dkvfs-memnode: --%s takes 1..1000000\n",
+					opt == 'C' ? "max-conns" : "max-conns-per-peer");
+				return 2;
+			}
+			if (opt == 'C')
+				o.max_conns = (unsigned)n;
+			else
+				o.max_conns_per_peer = (unsigned)n;
 			break;
 		case 'V':
 			free(vt);

@@ -39,6 +39,7 @@ struct mn_conn {
 	struct mn_grant *grants;  /* under srv->lock */
 	size_t ngrants, cap;
 	char peer[96];
+	char peer_key[64];        /* what max_conns_per_peer counts: host or uid */
 	struct mn_conn *next;     /* srv->conns, under srv->lock */
 };
 
@@ -72,7 +73,7 @@ struct mn_server {
 	pthread_mutex_t lock;
 	struct mn_region rg;
 	struct mn_volstate vs[MN_MAX_VOLUMES];
-	struct mn_conn *conns;
+	struct mn_conn *conns;    /* admitted: from on_connect to on_free */
 	unsigned nconns;
 
 	atomic_uint_fast64_t compactions, compaction_bytes_read, compaction_bytes_written;

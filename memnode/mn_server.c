@@ -4,7 +4,8 @@
  *
  * A connection's life:
  *   on_connect (hello: version, token)  -> accepted or rejected (logged)
- *   on_established                      -> listed in s->conns
+ *   on_connect admits it (limits)       -> listed in s->conns
+ *   on_established                      -> its rpc_sconn known
  *   MN_OP_OPEN                          -> bound to a volume; writer lease
  *   ALLOC/LIST...                       -> grants (net_grant) on its runs
  *   MN_OP_CLOSE or disconnect           -> mn_conn_release: lease and grants go
@@ -138,6 +139,49 @@ static const char *vol_token_find(const struct mn_server *s, const uint8_t *tok,
 	return found;
 }
 
+/* What max_conns_per_peer counts: the host of a tcp peer ("tcp:HOST:PORT"),
+ * the uid of a local one ("local:pid P uid U"), else the whole name. */
+static void peer_key(const char *peer, char *key, size_t cap)
+{
+	const char *u = strstr(peer, " uid ");
+	const char *colon = strrchr(peer, ':');
+
+	if (!strncmp(peer, "local:", 6) && u)
+		snprintf(key, cap, "local%s", u);
+	else if (!strncmp(peer, "tcp:", 4) && colon > peer + 4)
+		snprintf(key, cap, "%.*s", (int)(colon - peer), peer);
+	else
+		snprintf(key, cap, "%s", peer);
+}
+
+/* List mc among the connections, unless a limit says no. */
+static int admit(struct mn_server *s, struct mn_conn *mc)
+{
+	unsigned same = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (struct mn_conn *c = s->conns; c; c = c->next)
+		same += !strcmp(c->peer_key, mc->peer_key);
+	if (s->nconns >= s->o.max_conns) {
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
+			   "refused %s: %u connections, the limit (--max-conns)", mc->peer,
+			   s->nconns);
+		rc = -DKV_E_CONNS;
+	} else if (same >= s->o.max_conns_per_peer) {
+		dkv_log_rl(&s->bad_peer_rl, DKV_LOG_WARN,
+			   "refused %s: %u connections from %s, the limit (--max-conns-per-peer)",
+			   mc->peer, same, mc->peer_key);
+		rc = -DKV_E_CONNS;
+	} else {
+		mc->next = s->conns;
+		s->conns = mc;
+		s->nconns++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
 static int srv_on_connect(void *user, const void *priv, size_t len, const char *peer,
 			  bool trusted, void **conn_user, void *rpriv, size_t *rlen)
 {
@@ -169,17 +213,23 @@ static int srv_on_connect(void *user, const void *priv, size_t len, const char *
 		if (!mc)
 			rc = -ENOMEM;
 	}
+	if (!rc) {
+		mc->srv = s;
+		mc->vol = -1;
+		mc->admin = admin;
+		if (only)
+			snprintf(mc->only, sizeof(mc->only), "%s", only);
+		snprintf(mc->peer, sizeof(mc->peer), "%s", peer);
+		peer_key(peer, mc->peer_key, sizeof(mc->peer_key));
+		rc = admit(s, mc);
+		if (rc)
+			free(mc);
+	}
 	w.status = rc;
 	mn_welcome_encode(rpriv, &w);
 	*rlen = MN_WELCOME_SIZE;
 	if (rc)
 		return rc;
-	mc->srv = s;
-	mc->vol = -1;
-	mc->admin = admin;
-	if (only)
-		snprintf(mc->only, sizeof(mc->only), "%s", only);
-	snprintf(mc->peer, sizeof(mc->peer), "%s", peer);
 	*conn_user = mc;
 	return 0;
 }
@@ -190,10 +240,7 @@ static void srv_on_established(void *user, struct rpc_sconn *sc, void *conn_user
 	struct mn_conn *mc = conn_user;
 
 	pthread_mutex_lock(&s->lock);
-	mc->sc = sc;
-	mc->next = s->conns;
-	s->conns = mc;
-	s->nconns++;
+	mc->sc = sc; /* listed since on_connect admitted it */
 	pthread_mutex_unlock(&s->lock);
 	dkv_info("connect %s", mc->peer);
 }
@@ -269,6 +316,10 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 		s->o.size = MN_DEFAULT_SIZE;
 	if (!s->o.threads)
 		s->o.threads = 2;
+	if (!s->o.max_conns)
+		s->o.max_conns = MN_MAX_CONNS;
+	if (!s->o.max_conns_per_peer)
+		s->o.max_conns_per_peer = MN_MAX_CONNS_PER_PEER;
 	if (o->token) {
 		memcpy(s->token, o->token, o->token_len);
 		s->token_len = o->token_len;

@@ -34,6 +34,9 @@
 
 struct mn_server;
 
+#define MN_MAX_CONNS          1024
+#define MN_MAX_CONNS_PER_PEER 128
+
 /* A token that opens one volume only. */
 struct mn_vol_token {
 	char volume[MN_VOLUME_NAME_MAX + 1];
@@ -57,6 +60,9 @@ struct mn_server_opts {
 	size_t nvol_tokens;
 	const char *local_dir;    /* HOST:PORT: the local socket's directory */
 	int local_group;          /* >= 0: trust this primary group too; default -1 */
+	/* Connections at once: in all, and from one peer (a tcp host, or a
+	 * local uid); beyond them -DKV_E_CONNS.  Defaults MN_MAX_CONNS(_PER_PEER). */
+	unsigned max_conns, max_conns_per_peer;
 	int threads;              /* RPC worker threads, default 2 */
 	bool no_local;            /* HOST:PORT: don't also serve the local backend */
 };

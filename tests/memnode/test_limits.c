@@ -82,3 +82,48 @@ Test(limits, silent_and_garbage_connections_delay_nobody)
 		close(fds[i]);
 	mn_server_destroy(s);
 }
+
+Test(limits, connections_per_peer_and_in_all_are_capped)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *c[8];
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.max_conns = 6;
+	o.max_conns_per_peer = 4;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	const char *addr = mn_server_addr(s);
+	char vol[8];
+
+	/* four from this host over tcp: the fifth is refused, clearly */
+	for (int i = 0; i < 4; i++) {
+		snprintf(vol, sizeof(vol), "v%d", i);
+		cr_assert_eq(mt_open(addr, vol, true, NULL, 3000, &c[i]), 0, "conn %d", i);
+	}
+	cr_assert_eq(mt_open(addr, "v4", true, NULL, 3000, &c[4]), -DKV_E_CONNS);
+	/* another peer (this uid over the local socket) still gets in, up to
+	 * the total of six */
+	struct mn_client_opts lo = { .addr = addr, .transport = NET_LOCAL, .volume = "l",
+				     .create = true, .op_timeout_ms = 3000 };
+	cr_assert_eq(mn_client_open(&lo, &c[4]), 0);
+	lo.volume = "m";
+	cr_assert_eq(mn_client_open(&lo, &c[5]), 0);
+	lo.volume = "n";
+	cr_assert_eq(mn_client_open(&lo, &c[6]), -DKV_E_CONNS, "a seventh in all");
+	/* a closed connection makes room again */
+	mn_client_close(c[0]);
+	for (int t = 0; t < 100; t++) { /* the node frees it once it sees the close */
+		if (!mt_open(addr, "v0", true, NULL, 3000, &c[0]))
+			break;
+		c[0] = NULL;
+		usleep(20 * 1000);
+	}
+	cr_assert_not_null(c[0], "no room after a close");
+	for (int i = 0; i < 6; i++)
+		mn_client_close(c[i]);
+	mn_server_destroy(s);
+}
