@@ -64,6 +64,8 @@ struct part {
 };
 
 struct job {
+	struct job *next_running; /* s->running, under s->lock */
+	bool listed;
 	struct mn_server *s;
 	struct mn_conn *mc;
 	struct rpc_call *call;
@@ -388,6 +390,72 @@ static int cmp_out(const void *a, const void *b)
  * node whose volumes were emptied still held ~40 MiB of heap after the
  * compactions that emptied them.  Hand free heap pages back once a job is
  * done (issue 9: RSS follows live data). */
+/* ------------------------------------------------------------ pinning */
+
+bool mn_compact_reads(struct mn_server *s, int vol, uint64_t off, uint64_t len)
+{
+	for (struct job *j = s->running; j; j = j->next_running) {
+		if (j->vol != vol)
+			continue;
+		for (uint32_t i = 0; i < j->nin; i++)
+			if (j->in[i].off < off + len && off < j->in[i].off + j->in[i].len)
+				return true;
+	}
+	return false;
+}
+
+int mn_compact_defer_free(struct mn_server *s, int vol, int kind, uint64_t off)
+{
+	struct mn_deferred_free *d = malloc(sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	*d = (struct mn_deferred_free){ s->deferred, vol, kind, off };
+	s->deferred = d;
+	return 0;
+}
+
+void mn_compact_run_deferred(struct mn_server *s, bool drop)
+{
+	for (struct mn_deferred_free **pp = &s->deferred; *pp;) {
+		struct mn_deferred_free *d = *pp;
+		uint64_t p = d->off / MN_PAGE_SIZE;
+		uint64_t len = p < s->rg.npages ? (uint64_t)s->rg.run[p] * MN_PAGE_SIZE : 0;
+
+		if (!drop && mn_compact_reads(s, d->vol, d->off, len)) {
+			pp = &d->next;
+			continue;
+		}
+		if (!drop && !mn_free(&s->rg, d->vol, (enum mn_kind)d->kind, d->off))
+			mn_revoke_all(s, d->vol, d->off);
+		*pp = d->next;
+		free(d);
+	}
+}
+
+void mn_compact_counts(struct mn_server *s, unsigned *running, unsigned *deferred)
+{
+	*running = *deferred = 0;
+	for (struct job *j = s->running; j; j = j->next_running)
+		(*running)++;
+	for (struct mn_deferred_free *d = s->deferred; d; d = d->next)
+		(*deferred)++;
+}
+
+/* Take j off the running list and do the frees it held up.  Lock held. */
+static void unlist(struct job *j)
+{
+	struct mn_server *s = j->s;
+
+	for (struct job **pp = &s->running; *pp; pp = &(*pp)->next_running)
+		if (*pp == j) {
+			*pp = j->next_running;
+			break;
+		}
+	j->listed = false;
+	mn_compact_run_deferred(s, false);
+}
+
 static void job_done(struct job *j)
 {
 	job_free(j);
@@ -436,6 +504,7 @@ static void job_finish(struct job *j, int r)
 		for (size_t i = 0; i < j->nouts; i++)
 			mn_free(&s->rg, j->vol, MN_KIND_NODE, j->outs[i].off);
 		s->vs[j->vol].jobs--;
+		unlist(j);
 		free_b = (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE;
 		pthread_mutex_unlock(&s->lock);
 		if (r != -ECANCELED)
@@ -470,6 +539,7 @@ static void job_finish(struct job *j, int r)
 	}
 	pthread_mutex_lock(&s->lock);
 	s->vs[j->vol].jobs--;
+	unlist(j);
 	pthread_mutex_unlock(&s->lock);
 	atomic_fetch_add(&s->compactions, 1);
 	atomic_fetch_add(&s->compaction_bytes_read, in_bytes);
@@ -636,8 +706,12 @@ void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *cal
 		for (uint32_t i = 0; !r && i < j->nin; i++)
 			if (!range_owned(&s->rg, j->vol, j->in[i].off, j->in[i].len))
 				r = -EPERM;
-		if (!r)
+		if (!r) {
 			s->vs[j->vol].jobs++; /* until job_finish: no new writer */
+			j->next_running = s->running; /* its inputs are pinned */
+			s->running = j;
+			j->listed = true;
+		}
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (r) {

@@ -40,6 +40,9 @@
 #define MN_COMPACT_REP_HDR 48
 #define MN_COMPACT_OUT_WIRE 32
 #define MN_COMPACT_BOTTOM  1      /* flags: output is the bottommost level */
+#include <stdbool.h>
+#include <stdint.h>
+
 #define MN_COMPACT_MAX_INPUTS 4096
 #define MN_COMPACT_MAX_SNAPS  65536
 
@@ -63,5 +66,20 @@ void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *cal
 		   const uint8_t *req, size_t len);
 
 #define MN_COMPACT_THREADS 4
+
+/* Inputs are pinned while a job reads them: a free of a run that a running
+ * job of the volume reads (FREE_EXTENTS, FREE_SLAB) is deferred until the
+ * last such job ends, so the run cannot be given to another volume and
+ * written while the merge reads it.  All under s->lock. */
+enum mn_kind;
+/* Does a running job of volume vol read part of [off, off+len)? */
+bool mn_compact_reads(struct mn_server *s, int vol, uint64_t off, uint64_t len);
+/* Remember the free of run off (kind) of volume vol for when no job reads it. */
+int mn_compact_defer_free(struct mn_server *s, int vol, int kind, uint64_t off);
+/* Frees that wait for nothing any more: do them.  Then free the list at
+ * destroy with drop set. */
+void mn_compact_run_deferred(struct mn_server *s, bool drop);
+/* Jobs running, frees waiting (for stats). */
+void mn_compact_counts(struct mn_server *s, unsigned *running, unsigned *deferred);
 
 #endif

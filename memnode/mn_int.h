@@ -43,6 +43,13 @@ struct mn_conn {
 	struct mn_conn *next;     /* srv->conns, under srv->lock */
 };
 
+struct job;
+struct mn_deferred_free {
+	struct mn_deferred_free *next;
+	int vol, kind;
+	uint64_t off;
+};
+
 struct mn_volstate {
 	struct mn_conn *writer;   /* lease holder or NULL */
 	unsigned clients;
@@ -77,6 +84,10 @@ struct mn_server {
 	unsigned nconns;
 
 	atomic_uint_fast64_t compactions, compaction_bytes_read, compaction_bytes_written;
+	/* Running compaction jobs and the frees that wait for them
+	 * (mn_compact.c), under lock. */
+	struct job *running;
+	struct mn_deferred_free *deferred;
 
 	/* Lines about refused peers (bad hello, wrong token, lease refused):
 	 * a peer can repeat them at will, so they pass through this limiter

@@ -139,6 +139,25 @@ static void op_alloc_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_ca
 	rpc_reply(call, 0, rep, sizeof(rep));
 }
 
+/* Free run off of volume vol and revoke every grant on it - or, while a
+ * running compaction job reads it, check that it could be freed and leave it
+ * for when the last such job ends (mn_compact.h).  Lock held. */
+static int free_pinned(struct mn_server *s, int vol, enum mn_kind kind, uint64_t off)
+{
+	uint64_t p = off / MN_PAGE_SIZE;
+	int r;
+
+	if (p < s->rg.npages && s->running &&
+	    mn_compact_reads(s, vol, off, (uint64_t)s->rg.run[p] * MN_PAGE_SIZE)) {
+		r = mn_owns(&s->rg, vol, kind, off);
+		return r ? r : mn_compact_defer_free(s, vol, kind, off);
+	}
+	r = mn_free(&s->rg, vol, kind, off);
+	if (!r)
+		mn_revoke_all(s, vol, off);
+	return r;
+}
+
 static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 			 const uint8_t *req, size_t len)
 {
@@ -149,9 +168,7 @@ static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_cal
 		return reply_err(call, -EINVAL);
 	off = get_u64(req);
 	pthread_mutex_lock(&s->lock);
-	rc = mn_free(&s->rg, mc->vol, MN_KIND_SLAB, off);
-	if (!rc)
-		mn_revoke_all(s, mc->vol, off);
+	rc = free_pinned(s, mc->vol, MN_KIND_SLAB, off);
 	pthread_mutex_unlock(&s->lock);
 	reply_err(call, rc);
 }
@@ -271,10 +288,8 @@ static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_
 		    (uint64_t)s->rg.run[p] * MN_PAGE_SIZE != elen)
 			r = -EINVAL;
 		else
-			r = mn_free(&s->rg, mc->vol, MN_KIND_NODE, off);
-		if (!r)
-			mn_revoke_all(s, mc->vol, off);
-		else if (!rc)
+			r = free_pinned(s, mc->vol, MN_KIND_NODE, off);
+		if (r && !rc)
 			rc = r;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -401,8 +416,11 @@ static void op_stats(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	f[9] = atomic_load(&s->compactions);
 	f[10] = atomic_load(&s->compaction_bytes_read);
 	f[11] = atomic_load(&s->compaction_bytes_written);
+	unsigned running = 0, deferred = 0;
+	mn_compact_counts(s, &running, &deferred);
 	tb_printf(&t, "file_backed: %d\nbad_requests: %llu\n", s->rg.file_backed,
 		  (unsigned long long)rs.bad_requests);
+	tb_printf(&t, "compaction_jobs: %u\ndeferred_frees: %u\n", running, deferred);
 	/* Names of volumes and peers are node-wide: admin only.  A volume's
 	 * client still gets the capacity figures (df needs them). */
 	for (int v = 0; mc->admin && v < MN_MAX_VOLUMES; v++) {

@@ -469,6 +469,20 @@ int mn_alloc(struct mn_region *r, int v, enum mn_kind kind, uint64_t len, uint64
 	return 0;
 }
 
+int mn_owns(const struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
+{
+	uint32_t p;
+
+	if (v < 0 || v >= MN_MAX_VOLUMES || off % MN_PAGE_SIZE || off >= r->size)
+		return -EINVAL;
+	p = (uint32_t)(off / MN_PAGE_SIZE);
+	if (p == 0 || !r->owner[p] || !r->run[p])
+		return -ENOENT;
+	if (r->owner[p] != r->vols[v].id || r->kind[p] != kind)
+		return -EPERM;
+	return 0;
+}
+
 int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 {
 	uint32_t p, n;

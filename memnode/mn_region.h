@@ -98,6 +98,8 @@ int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len);
  * no such run, -EPERM if it is not v's or of another kind.  Its pages go
  * back to the OS before they can be allocated again. */
 int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
+/* Would mn_free(r, v, kind, off) succeed?  0 or its error. */
+int mn_owns(const struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
 /* The run starting at or after page *cursor that belongs to v: 0 and the run
  * (cursor advanced past it), or 1 at the end. */
 int mn_next_run(const struct mn_region *r, int v, uint32_t *cursor, uint64_t *off,

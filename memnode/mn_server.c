@@ -17,6 +17,7 @@
  * with -DKV_E_GRANT and breaks that client's connection only.
  */
 #include "memnode/mn_int.h"
+#include "memnode/mn_compact.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -577,6 +578,8 @@ void mn_server_destroy(struct mn_server *s)
 	net_dereg_mr(s->mr_local);
 	net_domain_destroy(s->dom_net);
 	net_domain_destroy(s->dom_local);
+	mn_compact_run_deferred(s, false); /* the jobs have ended: free what waited */
+	mn_compact_run_deferred(s, true);
 	mn_region_close(&s->rg);
 	pthread_mutex_destroy(&s->lock);
 	if (s->token_path[0])

@@ -3,6 +3,8 @@
  * the node's MN_OP_COMPACT (over RPC: outputs equal the local merge, split
  * into parallel parts, inputs outside the volume refused, damaged inputs and
  * failures leave no node extent behind). */
+#include <pthread.h>
+
 #include "tests/memnode/mn_test.h"
 
 #include "common/coding.h"
@@ -651,5 +653,102 @@ Test(node, reader_cannot_compact, .timeout = 30)
 	cr_assert_eq(mn_call(rd, MN_OP_COMPACT, req, sizeof(req), NULL, 0, rep, sizeof(rep), &rl),
 		     -EROFS);
 	mn_client_close(rd);
+	nf_close(&f);
+}
+
+/* A job's inputs are pinned: the writer frees the slab holding them while
+ * the job reads them, another volume's writer grabs all free memory at once
+ * and fills it with its own bytes - the job must still merge only the
+ * inputs (the free waits for the job's end), and after it the slab is
+ * really freed.  Without the pin the other volume got the pages and the
+ * merge read its bytes (the job failed on checksums, or worse). */
+struct compact_arg {
+	struct mn_client *c;
+	struct cin in[2];
+	uint8_t *rep;
+	size_t rl;
+	int r;
+};
+
+static void *compact_thread(void *p)
+{
+	struct compact_arg *a = p;
+
+	a->r = do_compact(a->c, a->in, 2, NULL, 0, false, 2u << 20, a->rep, &a->rl);
+	return NULL;
+}
+
+Test(node, freeing_a_running_jobs_inputs_waits_for_it, .timeout = 60)
+{
+	struct nodefix f;
+	struct buf img[2] = { 0 };
+	struct compact_arg a = { 0 };
+	struct sink remote = { 0 };
+	struct mn_node_stats st;
+	struct mn_client *other;
+	static struct mn_extent grab[128];
+	int ngrab = 0;
+	pthread_t th;
+	uint64_t slab, slab_end;
+
+	nf_open(&f, 96u << 20);
+	put_inputs(&f, 160000, 32, a.in, img); /* ~12 MiB: a job of a few 100 ms */
+	slab = a.in[0].off;
+	slab_end = a.in[1].off + a.in[1].len;
+	cr_assert_eq(mt_open(mn_server_addr(f.s), "w", true, NULL, 5000, &other), 0);
+	a.c = f.c;
+	a.rep = malloc(RPC_REPLY_MAX);
+	cr_assert_eq(pthread_create(&th, NULL, compact_thread, &a), 0);
+	/* wait until the node runs the job (stats: compaction_jobs) */
+	static char txt[RPC_REPLY_MAX + 1];
+	size_t tl = 0;
+	for (int t = 0; t < 500; t++) {
+		cr_assert_eq(mn_call(other, MN_OP_STATS, NULL, 0, NULL, 0, txt, RPC_REPLY_MAX, &tl), 0);
+		txt[tl] = 0;
+		if (tl > MN_STATS_FIXED && strstr(txt + MN_STATS_FIXED, "compaction_jobs: 1"))
+			break;
+		usleep(2000);
+	}
+	cr_assert(strstr(txt + MN_STATS_FIXED, "compaction_jobs: 1"), "the job never started");
+	cr_assert_eq(mn_free_slab(f.c, slab), 0);
+	cr_assert_eq(mn_call(other, MN_OP_STATS, NULL, 0, NULL, 0, txt, RPC_REPLY_MAX, &tl), 0);
+	txt[tl] = 0;
+	cr_assert(strstr(txt + MN_STATS_FIXED, "deferred_frees: 1") ||
+		  strstr(txt + MN_STATS_FIXED, "compaction_jobs: 0"), "the free was not deferred");
+	/* The other volume takes memory at once (the allocator hands out the
+	 * lowest free run first: the freed slab, were it free)... */
+	while (ngrab < 4 && !mn_alloc_slab(other, 1u << 20, &grab[ngrab]))
+		ngrab++;
+	cr_assert_eq(ngrab, 4);
+	cr_assert_eq(mn_stats(f.c, &st), 0);
+	cr_assert_eq(st.compactions, 0, "the job ended before the test could race it: make it longer");
+	for (int i = 0; i < ngrab; i++)
+		cr_assert(grab[i].off + grab[i].len <= slab || grab[i].off >= slab_end,
+			  "the other volume got the pinned slab while the job ran");
+	/* ...and writes its own bytes over it. */
+	uint8_t *junk = mn_buf_alloc(other, 1u << 20);
+	memset(junk, 0xee, 1u << 20);
+	for (int i = 0; i < ngrab; i++)
+		cr_assert_eq(mn_write(other, grab[i].off, junk, 1u << 20), 0);
+	mn_buf_free(other, junk);
+	pthread_join(th, NULL);
+	cr_assert_eq(a.r, 0, "the job failed: %s (it read bytes that were not its inputs)",
+		     dkv_strerror(a.r));
+	read_outputs(f.c, a.rep, a.rl, &remote);
+	size_t expect = 0;
+	for (int k = 0; k < 480000; k++)
+		expect += (k % 3 == 0) || (k % 2 == 0 && k < 320000);
+	cr_assert_eq(remote.n, expect, "got %zu records, want %zu", remote.n, expect);
+	/* after the job the free happened: the slab's pages are allocatable */
+	struct mn_extent again;
+	cr_assert_eq(mn_alloc_slab(other, 1u << 20, &again), 0, "the deferred free never happened");
+	cr_assert(again.off >= slab && again.off < slab_end, "got %llu, not the freed slab",
+		  (unsigned long long)again.off);
+	free(remote.r);
+	free(remote.first.p);
+	free(img[0].p);
+	free(img[1].p);
+	free(a.rep);
+	mn_client_close(other);
 	nf_close(&f);
 }
