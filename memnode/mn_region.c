@@ -488,14 +488,11 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 	uint32_t p, n;
 	struct mn_vol *vo;
 	uint64_t bytes;
+	int rc = mn_owns(r, v, kind, off);
 
-	if (v < 0 || v >= MN_MAX_VOLUMES || off % MN_PAGE_SIZE || off >= r->size)
-		return -EINVAL;
+	if (rc)
+		return rc;
 	p = (uint32_t)(off / MN_PAGE_SIZE);
-	if (p == 0 || !r->owner[p] || !r->run[p])
-		return -ENOENT;
-	if (r->owner[p] != r->vols[v].id || r->kind[p] != kind)
-		return -EPERM;
 	n = r->run[p];
 	map_put(r, p, 0, 0, false, 0); /* head first */
 	for (uint32_t i = 1; i < n; i++)
