@@ -6,6 +6,7 @@
  * or region files.  Holding a copy of the token, the same user gets in:
  * the refusals come from the node's checks, not from an unreachable node. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -125,4 +127,97 @@ Test(security, another_user_gets_no_byte_of_any_volume)
 	waitpid(extra_node, NULL, 0);
 	extra_node = 0;
 	cr_assert_neq(access(tok, F_OK), 0, "the token file outlived its node");
+}
+
+static long node_rss_kib(pid_t pid)
+{
+	char out[64];
+	sh_out(out, sizeof(out), "awk '/^VmRSS:/ { print $2 }' /proc/%d/status", (int)pid);
+	return atol(out);
+}
+
+static int connect_port(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s", strerror(errno));
+	return fd;
+}
+
+/* 1,000 connections that never say hello and 100 that send garbage: a new
+ * mount and dkvfs-ctl still get in at once, the mount already there sees no
+ * error, and the node's memory and log stay bounded. */
+Test(security, flood_of_silent_and_garbage_connections_harms_nobody)
+{
+	enum { SILENT = 1000, GARBAGE = 100 };
+	static int fds[SILENT + GARBAGE];
+	char listen[64], out[512], m2[PATH_MAX + 8];
+	int port = free_port();
+	struct rlimit rl;
+
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 2 * (SILENT + GARBAGE)) {
+		rl.rlim_cur = rl.rlim_max;
+		cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	extra_node = fork();
+	if (extra_node == 0) {
+		char bin[PATH_MAX + 32], log[PATH_MAX + 16];
+		snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
+		snprintf(log, sizeof(log), "%s/node.log", T);
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "256M", (char *)NULL);
+		_exit(127);
+	}
+	int rc = 1;
+	for (int tries = 0; tries < 100 && rc; tries++) {
+		rc = sh("%s/dkvfs -o memnode=%s,transport=tcp,volume=a %s 2>/dev/null", B, listen, MNT);
+		if (rc)
+			usleep(100 * 1000);
+	}
+	cr_assert_eq(rc, 0, "first mount");
+	cr_assert_eq(sh("echo before > %s/f && sync %s/f", MNT, MNT), 0);
+	long rss0 = node_rss_kib(extra_node);
+	int lines0 = atoi(sh_out(out, sizeof(out), "wc -l < %s/node.log", T));
+
+	char junk[256];
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 131 + 7);
+	for (int i = 0; i < SILENT + GARBAGE; i++) {
+		fds[i] = connect_port(port);
+		if (i >= SILENT)
+			cr_assert_eq(write(fds[i], junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	}
+	usleep(200 * 1000);
+
+	/* a new mount (tcp, so it meets the flood) and node-wide stats get in */
+	snprintf(m2, sizeof(m2), "%s/m2", T);
+	cr_assert_eq(mkdir(m2, 0755), 0);
+	sh_out(out, sizeof(out), "s=$(date +%%s%%N); %s/dkvfs -o memnode=%s,transport=tcp,volume=b %s "
+	       "2>&1 && echo mounted $(( ($(date +%%s%%N) - s) / 1000000 ))", B, listen, m2);
+	cr_assert(strstr(out, "mounted "), "second mount during the flood: %s", out);
+	long ms = atol(strstr(out, "mounted ") + 8);
+	cr_assert_lt(ms, 5000 * op_timeout_ms(1), "the second mount took %ld ms during the flood", ms);
+	fprintf(stderr, "security: mount during a flood of %d connections: %ld ms\n",
+		SILENT + GARBAGE, ms);
+	sh_out(out, sizeof(out), "%s/dkvfs-ctl --memnode=%s --transport tcp stats 2>&1 | grep -c '^volume.b.'",
+	       B, listen);
+	cr_assert_eq(atoi(out), 4, "dkvfs-ctl stats during the flood: %s", out);
+	/* the mount that was there sees nothing of it */
+	cr_assert_eq(sh("test \"$(cat %s/f)\" = before && echo after > %s/g && sync %s/g", MNT, MNT,
+			MNT), 0);
+	cr_assert_eq(sh("echo b > %s/x && test \"$(cat %s/x)\" = b", m2, m2), 0);
+	long rss1 = node_rss_kib(extra_node);
+	cr_assert_lt(rss1 - rss0, 64 * 1024, "node RSS grew %ld KiB under the flood", rss1 - rss0);
+	for (int i = 0; i < SILENT + GARBAGE; i++)
+		close(fds[i]);
+	sleep(4); /* the silent ones time out (3 s) and are dropped */
+	int lines1 = atoi(sh_out(out, sizeof(out), "wc -l < %s/node.log", T));
+	cr_assert_lt(lines1 - lines0, 200, "the flood wrote %d log lines", lines1 - lines0);
+	cr_assert_eq(sh("fusermount3 -u %s && fusermount3 -u %s", m2, MNT), 0);
 }
