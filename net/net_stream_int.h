@@ -268,7 +268,7 @@ struct ns_listener {
 	char unlink_path[128];
 	struct ns_pending *pend[NS_MAX_HANDSHAKES]; /* accepted, HELLO not in yet */
 	size_t npend, next_pend;
-	struct pollfd pfd[NS_MAX_HANDSHAKES + 1];
+	int epfd; /* net_listener_fd: the listener and every pending socket */
 	struct dkv_ratelimit drop_rl; /* "dropped a connection attempt" lines */
 };
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -46,6 +47,13 @@ int ns_listen(struct net_domain *dd, const char *addr, struct net_listener **out
 	l->head.ops = d->head.ops;
 	l->d = d;
 	dkv_ratelimit_init(&l->drop_rl, 5000, 10);
+	/* What callers poll (net_listener_fd): readable when the listening
+	 * socket or any socket whose hello is pending is. */
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0) {
+		err = -errno;
+		goto out_free;
+	}
 	l->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (l->fd < 0) {
 		err = -errno;
@@ -73,6 +81,11 @@ int ns_listen(struct net_domain *dd, const char *addr, struct net_listener **out
 		err = -errno;
 		goto out_close;
 	}
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->fd,
+		      &(struct epoll_event){ .events = EPOLLIN }) < 0) {
+		err = -errno;
+		goto out_close;
+	}
 	ns_format_addr(&ss, len, d->local, l->addr, sizeof(l->addr));
 	*out = &l->head;
 	return 0;
@@ -80,6 +93,9 @@ int ns_listen(struct net_domain *dd, const char *addr, struct net_listener **out
 out_close:
 	close(l->fd);
 out_free:
+	if (l->epfd >= 0)
+		close(l->epfd);
+	dkv_ratelimit_release(&l->drop_rl);
 	free(l);
 	return err;
 }
@@ -91,7 +107,7 @@ const char *ns_listener_addr(const struct net_listener *ll)
 
 int ns_listener_fd(const struct net_listener *ll)
 {
-	return ((const struct ns_listener *)ll)->fd;
+	return ((const struct ns_listener *)ll)->epfd;
 }
 
 void ns_listener_close(struct net_listener *ll)
@@ -100,6 +116,7 @@ void ns_listener_close(struct net_listener *ll)
 	if (!l)
 		return;
 	close(l->fd);
+	close(l->epfd);
 	if (l->unlink_path[0])
 		unlink(l->unlink_path);
 	for (size_t i = 0; i < l->npend; i++) {
@@ -191,6 +208,12 @@ static int accept_all(struct ns_listener *l)
 		ns_tune_socket(fd, l->d->local);
 		describe_peer(l->d, fd, &ss, len, p->peer, sizeof(p->peer));
 		p->trusted = l->d->local && ns_peer_trusted(l->d, fd);
+		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd,
+			      &(struct epoll_event){ .events = EPOLLIN | EPOLLRDHUP }) < 0) {
+			close(fd);
+			free(p);
+			return -errno;
+		}
 		l->pend[l->npend++] = p;
 	}
 }
@@ -240,6 +263,7 @@ static int pending_read(struct ns_listener *l, size_t i, struct ns_req **r)
 	(*r)->trusted = p->trusted;
 	snprintf((*r)->peer, sizeof((*r)->peer), "%s", p->peer);
 	(*r)->plen = p->got - NS_HDR_SIZE;
+	epoll_ctl(l->epfd, EPOLL_CTL_DEL, p->fd, NULL); /* the fd lives on */
 	memcpy((*r)->priv, p->buf + NS_HDR_SIZE, (*r)->plen);
 	free(p);
 	l->pend[i] = l->pend[--l->npend];
@@ -285,17 +309,17 @@ int ns_get_request(struct net_listener *ll, int timeout_ms, struct net_conn_req 
 		}
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		/* Wait for the listener (unless accept just failed for lack of
-		 * fds: then only for handshakes, at most 50 ms) and every
-		 * pending socket. */
-		l->pfd[0] = (struct pollfd){ .fd = accept_ok ? l->fd : -1, .events = POLLIN };
-		for (size_t i = 0; i < l->npend; i++)
-			l->pfd[i + 1] = (struct pollfd){ .fd = l->pend[i]->fd, .events = POLLIN };
+		/* Wait for the listener and every pending socket (after accept
+		 * failed for lack of fds, at most 50 ms: the listener stays
+		 * readable). */
 		uint64_t ms = (wake - now + 999999) / 1000000;
+		struct epoll_event ev[16];
 		if (!accept_ok && ms > 50)
 			ms = 50;
-		if (poll(l->pfd, l->npend + 1, ms > INT32_MAX ? INT32_MAX : (int)ms) < 0 &&
-		    errno != EINTR)
+		if (!accept_ok)
+			usleep(1000 * (useconds_t)ms);
+		else if (epoll_wait(l->epfd, ev, 16, ms > INT32_MAX ? INT32_MAX : (int)ms) < 0 &&
+			 errno != EINTR)
 			return -errno;
 	}
 }
