@@ -35,6 +35,7 @@ static void usage(FILE *f)
 		"  --local-group GROUP   also trust same-host peers of this primary group\n"
 		"  --max-conns N         connections at once, in all (default 1024)\n"
 		"  --max-conns-per-peer N  from one tcp host or local uid (default 128)\n"
+		"  --max-arg-memory SIZE RPC arguments held at once, all peers (default 1G)\n"
 		"  --transport KIND      rdma, tcp or auto (default auto: rdma if a device\n"
 		"                        exists, else tcp)\n"
 		"  --threads N           RPC worker threads (default 2)\n"
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
 		{ "local-group", required_argument, NULL, 'G' },
 		{ "max-conns", required_argument, NULL, 'C' },
 		{ "max-conns-per-peer", required_argument, NULL, 'P' },
+		{ "max-arg-memory", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -125,6 +127,13 @@ int main(int argc, char **argv)
 			break;
 		case 'L':
 			o.no_local = true;
+			break;
+		case 'A':
+			if (mn_parse_size(optarg, &o.max_arg_memory) || o.max_arg_memory < (1u << 20)) {
+				fprintf(stderr, "dkvfs-memnode: bad --max-arg-memory '%s' (1M or more)\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'C':
 		case 'P':

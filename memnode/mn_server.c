@@ -483,6 +483,7 @@ int mn_server_start(struct mn_server *s)
 {
 	struct rpc_server_opts ro = {
 		.ops = &mn_rpc_ops, .user = s, .threads = s->o.threads, .name = "memnode",
+		.arg_budget = (size_t)s->o.max_arg_memory,
 	};
 	bool unix_only = !strncmp(s->listen, "unix:", 5);
 	enum net_kind kind;

@@ -63,6 +63,7 @@ struct mn_server_opts {
 	/* Connections at once: in all, and from one peer (a tcp host, or a
 	 * local uid); beyond them -DKV_E_CONNS.  Defaults MN_MAX_CONNS(_PER_PEER). */
 	unsigned max_conns, max_conns_per_peer;
+	uint64_t max_arg_memory;  /* pulled RPC arguments at once; 0: 1 GiB */
 	int threads;              /* RPC worker threads, default 2 */
 	bool no_local;            /* HOST:PORT: don't also serve the local backend */
 };

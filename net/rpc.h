@@ -142,7 +142,12 @@ struct rpc_server_opts {
 	void *user;
 	int threads;        /* workers, default 2 */
 	const char *name;   /* for logs, default "rpc" */
+	/* Pulled arguments held at once by all connections' calls (one
+	 * connection: at most RPC_CONN_ARG_BUDGET); a call beyond it is answered
+	 * -EBUSY without pulling.  0: RPC_SERVER_ARG_BUDGET. */
+	size_t arg_budget;
 };
+#define RPC_SERVER_ARG_BUDGET (1ull << 30)
 
 int rpc_server_create(const struct rpc_server_opts *o, struct rpc_server **out);
 /* Listen on addr with domain d (kept by the caller, outliving the server)

@@ -78,6 +78,8 @@ struct rpc_server {
 	uint64_t closed_in, closed_out;
 
 	atomic_uint_fast64_t requests, bad_requests;
+	size_t arg_budget;
+	atomic_size_t arg_bytes; /* pulled arguments held by all calls */
 };
 
 static uint8_t *srv_recv_buf(struct rpc_sconn *sc, uint32_t i)
@@ -105,6 +107,7 @@ static void call_release(struct rpc_call *c)
 	if (c->arg) {
 		munmap(c->arg, c->arg_map_len);
 		atomic_fetch_sub(&sc->arg_bytes, c->arg_map_len);
+		atomic_fetch_sub(&sc->srv->arg_bytes, c->arg_map_len);
 	}
 	c->arg = NULL;
 	c->arg_mr = NULL;
@@ -192,11 +195,19 @@ static void srv_on_request(struct rpc_sconn *sc, uint32_t idx, uint32_t n)
 		rpc_reply(c, -EBUSY, NULL, 0);
 		return;
 	}
+	/* Nor all of them together: reserve first, so racing calls of
+	 * several connections cannot all pass the check. */
+	if (atomic_fetch_add(&s->arg_bytes, c->h.arg_len) + c->h.arg_len > s->arg_budget) {
+		atomic_fetch_sub(&s->arg_bytes, c->h.arg_len);
+		rpc_reply(c, -EBUSY, NULL, 0);
+		return;
+	}
 	c->arg_map_len = c->h.arg_len;
 	c->arg = rpc_map_area(c->arg_map_len);
 	if (c->arg)
 		atomic_fetch_add(&sc->arg_bytes, c->arg_map_len);
 	if (!c->arg) {
+		atomic_fetch_sub(&s->arg_bytes, c->h.arg_len);
 		rpc_reply(c, -ENOMEM, NULL, 0);
 		return;
 	}
@@ -461,6 +472,7 @@ int rpc_server_create(const struct rpc_server_opts *o, struct rpc_server **out)
 	s->user = o->user;
 	snprintf(s->name, sizeof(s->name), "%s", o->name ? o->name : "rpc");
 	s->nthreads = o->threads > 0 ? o->threads : 2;
+	s->arg_budget = o->arg_budget ? o->arg_budget : RPC_SERVER_ARG_BUDGET;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->workers = calloc((size_t)s->nthreads, sizeof(*s->workers));

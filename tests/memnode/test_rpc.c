@@ -105,9 +105,10 @@ static void *late_thread(void *arg)
 
 static const struct rpc_server_ops t_ops = { .on_connect = t_on_connect, .handle = t_handle };
 
-static void tsrv_start(struct tsrv *t)
+static void tsrv_start_budget(struct tsrv *t, size_t arg_budget)
 {
-	struct rpc_server_opts o = { .ops = &t_ops, .user = t, .threads = 2, .name = "t" };
+	struct rpc_server_opts o = { .ops = &t_ops, .user = t, .threads = 2, .name = "t",
+				     .arg_budget = arg_budget };
 
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->mu, NULL);
@@ -116,6 +117,11 @@ static void tsrv_start(struct tsrv *t)
 	cr_assert_eq(rpc_server_create(&o, &t->rpc), 0);
 	cr_assert_eq(rpc_server_listen(t->rpc, t->dom, "127.0.0.1:0", &t->addr), 0);
 	pthread_create(&t->thr, NULL, late_thread, t);
+}
+
+static void tsrv_start(struct tsrv *t)
+{
+	tsrv_start_budget(t, 0);
 }
 
 static void tsrv_stop(struct tsrv *t)
@@ -357,6 +363,63 @@ Test(rpc, slow_handler_and_per_call_timeout, .timeout = 30)
 	cr_assert_eq(rl, 4);
 	cr_assert(rpc_chan_ok(ch));
 	rpc_chan_unref(ch);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
+}
+
+/* Pulled arguments are bounded for the whole server, not only per
+ * connection: with a 3 MiB budget, a slow call holding 2 MiB makes a second
+ * 2 MiB call from another connection fail with -EBUSY (nothing pulled),
+ * and once the first is done the second goes through. */
+struct slow_call {
+	struct rpc_chan *ch;
+	struct rpc_arg *a;
+	int r;
+};
+
+static void *slow_call_main(void *p)
+{
+	struct slow_call *s = p;
+	uint8_t req[4], rep[64];
+	size_t rl;
+
+	put_u32(req, 800);
+	s->r = rpc_call_timeout(s->ch, 4, req, 4, s->a, rep, sizeof(rep), &rl, 5000);
+	return NULL;
+}
+
+Test(rpc, argument_memory_is_bounded_for_all_connections, .timeout = 30)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct rpc_chan *c1, *c2;
+	struct net_mr *mr;
+	size_t alen = 2u << 20;
+	uint8_t *arg = calloc(1, alen), rep[64];
+	size_t rl;
+	pthread_t th;
+
+	tsrv_start_budget(&t, 3u << 20);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	c1 = t_connect(d, t.addr);
+	c2 = t_connect(d, t.addr);
+	cr_assert_eq(net_reg_mr(d, arg, alen, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &mr),
+		     0);
+	struct rpc_arg a = { arg, alen, mr->rkey };
+	struct slow_call s = { c1, &a, -1 };
+	cr_assert_eq(pthread_create(&th, NULL, slow_call_main, &s), 0);
+	usleep(300 * 1000); /* the slow call holds its 2 MiB */
+	cr_assert_eq(rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl), -EBUSY,
+		     "a second 2 MiB argument beyond the server's 3 MiB");
+	cr_assert_eq(rpc_call(c2, 1, "x", 1, NULL, rep, sizeof(rep), &rl), 0, "no argument: fine");
+	pthread_join(th, NULL);
+	cr_assert_eq(s.r, 7);
+	cr_assert_eq(rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl), 0, "room again");
+	cr_assert_eq(get_u32(rep), alen);
+	rpc_chan_unref(c1);
+	rpc_chan_unref(c2);
+	net_dereg_mr(mr);
+	free(arg);
 	net_domain_destroy(d);
 	tsrv_stop(&t);
 }
