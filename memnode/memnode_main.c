@@ -36,6 +36,7 @@ static void usage(FILE *f)
 		"  --max-conns N         connections at once, in all (default 1024)\n"
 		"  --max-conns-per-peer N  from one tcp host or local uid (default 128)\n"
 		"  --max-arg-memory SIZE RPC arguments held at once, all peers (default 1G)\n"
+		"  --max-compactions N   compaction jobs running at once; more wait (default 4)\n"
 		"  --transport KIND      rdma, tcp or auto (default auto: rdma if a device\n"
 		"                        exists, else tcp)\n"
 		"  --threads N           RPC worker threads (default 2)\n"
@@ -70,6 +71,7 @@ int main(int argc, char **argv)
 		{ "max-conns", required_argument, NULL, 'C' },
 		{ "max-conns-per-peer", required_argument, NULL, 'P' },
 		{ "max-arg-memory", required_argument, NULL, 'A' },
+		{ "max-compactions", required_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -134,6 +136,14 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
+			break;
+		case 'J':
+			n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > 256) {
+				fprintf(stderr, "dkvfs-memnode: --max-compactions takes 1..256\n");
+				return 2;
+			}
+			o.max_compactions = (unsigned)n;
 			break;
 		case 'C':
 		case 'P':

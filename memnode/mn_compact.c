@@ -65,6 +65,7 @@ struct part {
 
 struct job {
 	struct job *next_running; /* s->running, under s->lock */
+	struct job *next_queued;  /* s->job_q, under s->lock */
 	bool listed;
 	struct mn_server *s;
 	struct mn_conn *mc;
@@ -435,6 +436,7 @@ void mn_compact_run_deferred(struct mn_server *s, bool drop)
 
 void mn_compact_counts(struct mn_server *s, unsigned *running, unsigned *deferred)
 {
+	/* running: jobs accepted and not ended, queued ones included */
 	*running = *deferred = 0;
 	for (struct job *j = s->running; j; j = j->next_running)
 		(*running)++;
@@ -571,6 +573,42 @@ static int job_load(struct job *j)
 	return 0;
 }
 
+static void *job_main(void *arg);
+
+/* Run j on a thread of its own (or, failing that, on this one). */
+static void job_launch(struct job *j)
+{
+	pthread_attr_t at;
+	pthread_t th;
+	int r;
+
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&th, &at, job_main, j);
+	pthread_attr_destroy(&at);
+	if (r)
+		job_main(j);
+}
+
+/* A job ended: its slot goes to the oldest queued job, if any. */
+static void job_next(struct mn_server *s)
+{
+	struct job *n;
+
+	pthread_mutex_lock(&s->lock);
+	n = s->job_q;
+	if (n) {
+		s->job_q = n->next_queued;
+		if (!s->job_q)
+			s->job_q_tail = NULL;
+	} else {
+		s->jobs_active--;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (n)
+		job_launch(n);
+}
+
 static void *job_main(void *arg)
 {
 	struct job *j = arg;
@@ -598,7 +636,9 @@ static void *job_main(void *arg)
 				pthread_join(j->parts[i].th, NULL);
 		r = atomic_load(&j->err);
 	}
-	job_finish(j, r);
+	struct mn_server *s = j->s;
+	job_finish(j, r); /* frees j */
+	job_next(s);
 	return NULL;
 }
 
@@ -684,8 +724,6 @@ void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *cal
 	struct job *j = calloc(1, sizeof(*j));
 	size_t alen = 0;
 	const uint8_t *arg = rpc_call_arg(call, &alen);
-	pthread_attr_t at;
-	pthread_t th;
 	int r;
 
 	if (!j)
@@ -718,10 +756,20 @@ void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *cal
 		job_free(j);
 		return rpc_reply(call, r, NULL, 0);
 	}
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	r = pthread_create(&th, &at, job_main, j);
-	pthread_attr_destroy(&at);
-	if (r) /* no thread: run the job on this worker */
-		job_main(j);
+	/* At most max_compactions jobs run; the rest wait in order (their
+	 * inputs pinned already), each started as one ends. */
+	pthread_mutex_lock(&s->lock);
+	bool now = s->jobs_active < s->o.max_compactions;
+	if (now) {
+		s->jobs_active++;
+	} else {
+		if (s->job_q_tail)
+			s->job_q_tail->next_queued = j;
+		else
+			s->job_q = j;
+		s->job_q_tail = j;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (now)
+		job_launch(j);
 }

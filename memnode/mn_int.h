@@ -88,6 +88,8 @@ struct mn_server {
 	 * (mn_compact.c), under lock. */
 	struct job *running;
 	struct mn_deferred_free *deferred;
+	unsigned jobs_active;              /* on threads; at most o.max_compactions */
+	struct job *job_q, *job_q_tail;    /* accepted, waiting for a slot */
 
 	/* Lines about refused peers (bad hello, wrong token, lease refused):
 	 * a peer can repeat them at will, so they pass through this limiter

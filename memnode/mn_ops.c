@@ -420,7 +420,8 @@ static void op_stats(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	mn_compact_counts(s, &running, &deferred);
 	tb_printf(&t, "file_backed: %d\nbad_requests: %llu\n", s->rg.file_backed,
 		  (unsigned long long)rs.bad_requests);
-	tb_printf(&t, "compaction_jobs: %u\ndeferred_frees: %u\n", running, deferred);
+	tb_printf(&t, "compaction_jobs: %u\ncompaction_jobs_running: %u\ndeferred_frees: %u\n",
+		  running, s->jobs_active, deferred);
 	/* Names of volumes and peers are node-wide: admin only.  A volume's
 	 * client still gets the capacity figures (df needs them). */
 	for (int v = 0; mc->admin && v < MN_MAX_VOLUMES; v++) {

@@ -317,6 +317,8 @@ int mn_server_create(const struct mn_server_opts *o, struct mn_server **out)
 		s->o.size = MN_DEFAULT_SIZE;
 	if (!s->o.threads)
 		s->o.threads = 2;
+	if (!s->o.max_compactions)
+		s->o.max_compactions = 4;
 	if (!s->o.max_conns)
 		s->o.max_conns = MN_MAX_CONNS;
 	if (!s->o.max_conns_per_peer)

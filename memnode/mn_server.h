@@ -64,6 +64,7 @@ struct mn_server_opts {
 	 * local uid); beyond them -DKV_E_CONNS.  Defaults MN_MAX_CONNS(_PER_PEER). */
 	unsigned max_conns, max_conns_per_peer;
 	uint64_t max_arg_memory;  /* pulled RPC arguments at once; 0: 1 GiB */
+	unsigned max_compactions; /* jobs running at once (more wait); 0: 4 */
 	int threads;              /* RPC worker threads, default 2 */
 	bool no_local;            /* HOST:PORT: don't also serve the local backend */
 };

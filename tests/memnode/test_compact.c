@@ -410,6 +410,13 @@ struct nodefix {
 	struct mn_client *c;
 };
 
+static void nf_open_opts(struct nodefix *f, const struct mn_server_opts *o)
+{
+	cr_assert_eq(mn_server_create(o, &f->s), 0);
+	cr_assert_eq(mn_server_start(f->s), 0);
+	cr_assert_eq(mt_open(mn_server_addr(f->s), "v", true, NULL, 5000, &f->c), 0);
+}
+
 static void nf_open(struct nodefix *f, uint64_t size)
 {
 	f->s = mt_server(size, NULL);
@@ -750,5 +757,68 @@ Test(node, freeing_a_running_jobs_inputs_waits_for_it, .timeout = 60)
 	free(img[1].p);
 	free(a.rep);
 	mn_client_close(other);
+	nf_close(&f);
+}
+
+/* Compaction jobs run on a bounded pool: with max_compactions 1, two
+ * volumes' jobs are both accepted, one runs while the other waits, and both
+ * finish with the right output. */
+static bool stats_has(struct mn_client *c, const char *line)
+{
+	static char txt[RPC_REPLY_MAX + 1];
+	size_t tl = 0;
+
+	cr_assert_eq(mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, txt, RPC_REPLY_MAX, &tl), 0);
+	txt[tl] = 0;
+	return tl > MN_STATS_FIXED && strstr(txt + MN_STATS_FIXED, line);
+}
+
+Test(node, jobs_beyond_the_pool_wait_their_turn, .timeout = 60)
+{
+	struct mn_server_opts so;
+	struct nodefix f, g;
+	struct buf img[2][2] = { 0 };
+	struct compact_arg a[2] = { 0 };
+	pthread_t th[2];
+	bool queued = false;
+
+	mn_server_opts_init(&so);
+	so.transport = NET_TCP;
+	so.size = 160u << 20;
+	so.max_compactions = 1;
+	nf_open_opts(&f, &so);
+	g.s = f.s;
+	cr_assert_eq(mt_open(mn_server_addr(f.s), "w", true, NULL, 5000, &g.c), 0);
+	put_inputs(&f, 160000, 32, a[0].in, img[0]);
+	put_inputs(&g, 160000, 32, a[1].in, img[1]);
+	a[0].c = f.c;
+	a[1].c = g.c;
+	for (int i = 0; i < 2; i++) {
+		a[i].rep = malloc(RPC_REPLY_MAX);
+		cr_assert_eq(pthread_create(&th[i], NULL, compact_thread, &a[i]), 0);
+	}
+	for (int t = 0; t < 1000 && !queued; t++) {
+		queued = stats_has(f.c, "compaction_jobs: 2\ncompaction_jobs_running: 1\n");
+		cr_assert(!stats_has(f.c, "compaction_jobs_running: 2"), "two jobs ran at once");
+		usleep(1000);
+	}
+	cr_assert(queued, "never saw one job running and one waiting");
+	for (int i = 0; i < 2; i++) {
+		struct sink remote = { 0 };
+		pthread_join(th[i], NULL);
+		cr_assert_eq(a[i].r, 0, "job %d: %s", i, dkv_strerror(a[i].r));
+		read_outputs(i ? g.c : f.c, a[i].rep, a[i].rl, &remote);
+		size_t expect = 0;
+		for (int k = 0; k < 480000; k++)
+			expect += (k % 3 == 0) || (k % 2 == 0 && k < 320000);
+		cr_assert_eq(remote.n, expect);
+		free(remote.r);
+		free(remote.first.p);
+		free(a[i].rep);
+		free(img[i][0].p);
+		free(img[i][1].p);
+	}
+	cr_assert(stats_has(f.c, "compaction_jobs: 0\ncompaction_jobs_running: 0\n"));
+	mn_client_close(g.c);
 	nf_close(&f);
 }
