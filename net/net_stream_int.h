@@ -8,7 +8,8 @@
  *   net_stream_tx.c     completions, the tx queue and helper, break/flush
  *   net_stream_rx.c     the rx thread: reading and serving frames
  *   net_stream_map.c    local backend: shared mappings of the peer
- *   net_stream_conn.c   connections, listen/accept/connect, handshake
+ *   net_stream_conn.c   connections, accept/connect, handshake
+ *   net_stream_listen.c the listener, pending handshakes, local peer trust
  *   net_stream_post.c   post and poll
  *
  * The stream transport behind the tcp and local backends.
