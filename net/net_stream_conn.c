@@ -43,6 +43,7 @@ static void conn_free(struct ns_conn *c)
 	free(c->rq);
 	free(c->rcq);
 	free(c->rd.buf);
+	free(c->bounce);
 	pthread_mutex_destroy(&c->rx_mu);
 	pthread_cond_destroy(&c->rx_cond);
 	pthread_mutex_destroy(&c->mu);

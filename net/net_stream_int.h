@@ -195,6 +195,7 @@ struct ns_conn {
 	/* local and the peer is trusted (ns_peer_trusted): mappings are shared
 	 * both ways.  Otherwise everything goes by frame, as over tcp. */
 	bool share;
+	uint8_t *bounce; /* NS_BOUNCE bytes, made at the first WRITE (rx side) */
 	char peer[128];
 	struct net_conn_opts o;
 	pthread_t rx_thread, tx_thread;
@@ -369,6 +370,13 @@ void ns_announce_all(struct ns_conn *c);
  * our effective uid, as root, or (when the domain names one) with the trust
  * group as its primary group.  Only such peers share mappings. */
 bool ns_peer_trusted(const struct ns_domain *d, int fd);
+/* Check that rkey grants WRITE of [raddr, raddr+len) and copy src there,
+ * both under the locks ns_revoke and ns_dereg_mr take.  0 or -DKV_E_GRANT. */
+int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const void *src,
+		      size_t len);
+/* A WRITE's payload goes through a bounce buffer of this size: each piece is
+ * copied in under a fresh grant check. */
+#define NS_BOUNCE (256 * 1024)
 int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len, unsigned want,
 		   uint8_t **ptr);
 

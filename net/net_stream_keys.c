@@ -4,6 +4,7 @@
 #include "net/net_stream_int.h"
 
 #include <errno.h>
+#include <string.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -224,6 +225,36 @@ int ns_check_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uin
 	}
 	pthread_rwlock_unlock(&d->lock);
 	*ptr = (void *)(uintptr_t)raddr;
+	return err;
+}
+
+int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const void *src,
+		      size_t len)
+{
+	struct ns_domain *d = c->d;
+	struct ns_key *k;
+	int err = -DKV_E_GRANT;
+
+	/* The copy happens under the locks revoke and deregistration take:
+	 * once they return, no byte of an older WRITE lands there. */
+	pthread_rwlock_rdlock(&d->lock);
+	k = ns_kt_find(&d->mrs, rkey);
+	if (k) {
+		if (ns_key_covers(k, raddr, len, NET_ACCESS_REMOTE_WRITE)) {
+			memcpy((void *)(uintptr_t)raddr, src, len);
+			err = 0;
+		}
+	} else {
+		pthread_mutex_lock(&c->mu);
+		k = ns_kt_find(&c->grants, rkey);
+		if (k && ns_key_covers(k, raddr, len, NET_ACCESS_REMOTE_WRITE) &&
+		    ns_kt_find(&d->mrs, k->parent)) {
+			memcpy((void *)(uintptr_t)raddr, src, len);
+			err = 0;
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+	pthread_rwlock_unlock(&d->lock);
 	return err;
 }
 

@@ -252,6 +252,27 @@ int ns_ux_drain(struct ns_conn *c)
 
 /* Deliver an incoming SEND (data) or WRITE_IMM (no data) to the next posted
  * RECV, or buffer it.  The payload of a SEND is read here. */
+/* A WRITE's payload, piece by piece through the bounce buffer, each piece
+ * copied in under its own grant check (ns_remote_copy_in). */
+static int rx_write_payload(struct ns_reader *rd, const struct ns_hdr *h)
+{
+	struct ns_conn *c = rd->c;
+
+	if (!c->bounce && !(c->bounce = malloc(NS_BOUNCE)))
+		return -ENOMEM;
+	for (uint64_t off = 0; off < h->len;) {
+		size_t n = h->len - off < NS_BOUNCE ? (size_t)(h->len - off) : NS_BOUNCE;
+		int err = ns_rd_read(rd, c->bounce, n);
+		if (err)
+			return err;
+		err = ns_remote_copy_in(c, h->rkey, h->raddr + off, c->bounce, n);
+		if (err)
+			return rx_refuse(c, NS_ACK, h->seq, err);
+		off += n;
+	}
+	return 0;
+}
+
 static int rx_deliver(struct ns_reader *rd, const struct ns_hdr *h, bool imm)
 {
 	struct ns_conn *c = rd->c;
@@ -405,7 +426,10 @@ static int rx_frame(struct ns_reader *rd)
 		if (err)
 			return rx_refuse(c, NS_ACK, h.seq, err);
 		if (!(h.flags & NS_F_INPLACE)) {
-			err = ns_rd_read(rd, ptr, h.len);
+			/* Not straight into the region: a revoke and free while
+			 * the payload trickles in would let the rest land in
+			 * memory that is someone else's by then. */
+			err = rx_write_payload(rd, &h);
 			if (err)
 				return err;
 		}

@@ -381,3 +381,47 @@ Test(frames, late_hello_reaches_an_event_loop, .timeout = 30)
 	net_listener_close(l);
 	net_domain_destroy(d);
 }
+
+/* A WRITE whose payload trickles in while the memory is revoked and given
+ * to someone else: no byte of it may land after the revoke.  The payload
+ * used to be read straight into the region after one check at the header,
+ * so the tail of this WRITE overwrote the new owner's bytes. */
+Test(frames, write_revoked_midway_lands_nothing_after_the_revoke, .timeout = 30)
+{
+	enum { LEN = 512 * 1024, FIRST = 100 * 1024 };
+	struct net_conn_opts o = {.op_timeout_ms = 2000, .max_recv_wr = 8};
+	static uint8_t region[LEN], payload[LEN];
+	struct net_domain *d;
+	struct net_conn *c;
+	struct net_mr *mr;
+	uint32_t g;
+	int sv[2];
+	uint8_t hb[NS_HDR_SIZE];
+
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_reg_mr(d, region, LEN,
+				NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE,
+				&mr), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cr_assert_eq(ns_conn_from_fd(d, sv[0], &o, "writer", &c), 0);
+	cr_assert_eq(net_grant(c, mr, region, LEN, NET_ACCESS_REMOTE_WRITE, &g), 0);
+	struct ns_hdr h = {.op = NS_WRITE, .len = LEN, .seq = 1, .rkey = g,
+			   .raddr = (uint64_t)(uintptr_t)region};
+	ns_hdr_encode(hb, &h);
+	memset(payload, 0xee, sizeof(payload));
+	cr_assert_eq(write(sv[1], hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	cr_assert_eq(write(sv[1], payload, FIRST), FIRST);
+	usleep(100 * 1000);
+	/* the owner revokes and the memory goes to someone else */
+	cr_assert_eq(net_revoke(c, g), 0);
+	memset(region, 0x11, LEN);
+	fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	feed(sv[1], payload + FIRST, LEN - FIRST); /* stops if the conn hangs up */
+	usleep(200 * 1000);
+	for (size_t i = 0; i < LEN; i++)
+		cr_assert_eq(region[i], 0x11, "byte %zu of the WRITE landed after the revoke", i);
+	close(sv[1]);
+	net_close(c);
+	net_dereg_mr(mr);
+	net_domain_destroy(d);
+}
