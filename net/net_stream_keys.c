@@ -203,8 +203,11 @@ bool ns_lkey_covers(struct ns_domain *d, uint32_t lkey, const void *ptr, size_t 
 
 /* Responder check: may the peer of c access [raddr, raddr+len) with want?
  * Sets *ptr.  0 or -DKV_E_GRANT. */
-int ns_check_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
-			   unsigned want, void **ptr)
+/* Check that rkey allows want on [raddr, raddr+len) and, when src is set,
+ * copy it there while the locks that ns_revoke and ns_dereg_mr take are
+ * held: once they return, no byte of an older access lands there. */
+static int access_checked(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
+			  unsigned want, const void *src)
 {
 	struct ns_domain *d = c->d;
 	struct ns_key *k;
@@ -215,47 +218,33 @@ int ns_check_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uin
 	if (k) {
 		if (ns_key_covers(k, raddr, len, want))
 			err = 0;
+		if (!err && src)
+			memcpy((void *)(uintptr_t)raddr, src, len);
 	} else {
 		pthread_mutex_lock(&c->mu);
 		k = ns_kt_find(&c->grants, rkey);
 		/* The grant is dead once its registration is. */
 		if (k && ns_key_covers(k, raddr, len, want) && ns_kt_find(&d->mrs, k->parent))
 			err = 0;
+		if (!err && src)
+			memcpy((void *)(uintptr_t)raddr, src, len);
 		pthread_mutex_unlock(&c->mu);
 	}
 	pthread_rwlock_unlock(&d->lock);
-	*ptr = (void *)(uintptr_t)raddr;
 	return err;
+}
+
+int ns_check_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
+			   unsigned want, void **ptr)
+{
+	*ptr = (void *)(uintptr_t)raddr;
+	return access_checked(c, rkey, raddr, len, want, NULL);
 }
 
 int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const void *src,
 		      size_t len)
 {
-	struct ns_domain *d = c->d;
-	struct ns_key *k;
-	int err = -DKV_E_GRANT;
-
-	/* The copy happens under the locks revoke and deregistration take:
-	 * once they return, no byte of an older WRITE lands there. */
-	pthread_rwlock_rdlock(&d->lock);
-	k = ns_kt_find(&d->mrs, rkey);
-	if (k) {
-		if (ns_key_covers(k, raddr, len, NET_ACCESS_REMOTE_WRITE)) {
-			memcpy((void *)(uintptr_t)raddr, src, len);
-			err = 0;
-		}
-	} else {
-		pthread_mutex_lock(&c->mu);
-		k = ns_kt_find(&c->grants, rkey);
-		if (k && ns_key_covers(k, raddr, len, NET_ACCESS_REMOTE_WRITE) &&
-		    ns_kt_find(&d->mrs, k->parent)) {
-			memcpy((void *)(uintptr_t)raddr, src, len);
-			err = 0;
-		}
-		pthread_mutex_unlock(&c->mu);
-	}
-	pthread_rwlock_unlock(&d->lock);
-	return err;
+	return access_checked(c, rkey, raddr, len, NET_ACCESS_REMOTE_WRITE, src);
 }
 
 int ns_grant(struct net_conn *cc, struct net_mr *mr, void *addr, size_t len, unsigned access,
