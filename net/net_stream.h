@@ -23,6 +23,18 @@
 #define NS_MAGIC    0x544e4b44u /* "DKNT" little-endian */
 #define NS_VERSION  1
 #define NS_HDR_SIZE 48
+
+/* READ replies waiting to be sent: at most NS_READ_QUEUE_MAX bytes of them
+ * (payload and queue entry) per connection and NS_READ_QUEUE_ALL in the whole
+ * process (a larger reply alone may, when nothing else waits).  A READ beyond that waits (the
+ * connection's receiver stops reading: backpressure) up to op_timeout_ms,
+ * then is refused with ENOBUFS, which breaks the connection.  A peer that
+ * stops reading its replies loses the connection when its socket stays full
+ * for op_timeout_ms, which frees them. */
+#define NS_READ_QUEUE_MAX ((size_t)256 << 20)
+#define NS_READ_QUEUE_ALL ((size_t)1 << 30)
+/* READ reply bytes queued and not yet sent, in this process. */
+size_t ns_read_queued_all(void);
 /* The largest operation: RDMA's 2 GiB message limit. */
 #define NS_MAX_LEN (1u << 31)
 

@@ -136,6 +136,12 @@ struct ns_txe {
 	uint8_t inl[NS_CTRL_MAX]; /* payload of control frames (data points here) */
 	int pass_fd;		  /* -1 or an fd to send with SCM_RIGHTS */
 	bool heap;		  /* free after sending */
+	/* A READ reply: data points into memory the peer reads under grant
+	 * rkey; each piece is handed to the kernel under the grant check, so
+	 * a revoke or deregistration stops it (the connection breaks). */
+	bool region;
+	uint32_t rkey;
+	size_t budget; /* bytes of the READ budgets it holds (c->rd_queued) */
 	atomic_bool sent;	  /* whole frame handed to the kernel (release) */
 };
 
@@ -196,6 +202,7 @@ struct ns_conn {
 	 * both ways.  Otherwise everything goes by frame, as over tcp. */
 	bool share;
 	uint8_t *bounce; /* NS_BOUNCE bytes, made at the first WRITE (rx side) */
+	atomic_size_t rd_queued; /* READ reply bytes queued and not yet sent */
 	char peer[128];
 	struct net_conn_opts o;
 	pthread_t rx_thread, tx_thread;
@@ -374,6 +381,18 @@ bool ns_peer_trusted(const struct ns_domain *d, int fd);
  * both under the locks ns_revoke and ns_dereg_mr take.  0 or -DKV_E_GRANT. */
 int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const void *src,
 		      size_t len);
+/* Run fn on [raddr, raddr+len) under the grant check and the locks ns_revoke
+ * and ns_dereg_mr take (fn must not block or take c->mu).  0, -DKV_E_GRANT or
+ * fn's result. */
+typedef int (*ns_access_fn)(void *arg, uint8_t *p, uint64_t len);
+int ns_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
+		     unsigned want, ns_access_fn fn, void *arg);
+/* READ replies: budgets NS_READ_QUEUE_MAX / NS_READ_QUEUE_ALL (net_stream.h). */
+/* Take len bytes of both budgets for a READ reply, waiting up to op_timeout_ms
+ * for room (false: none came, or c broke; refuse the READ); the
+ * reply's txe carries them in ->budget and gives them back when released. */
+bool ns_read_budget_take(struct ns_conn *c, size_t len);
+void ns_read_budget_give(struct ns_conn *c, size_t len);
 /* A WRITE's payload goes through a bounce buffer of this size: each piece is
  * copied in under a fresh grant check. */
 #define NS_BOUNCE (256 * 1024)

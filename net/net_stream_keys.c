@@ -201,13 +201,12 @@ bool ns_lkey_covers(struct ns_domain *d, uint32_t lkey, const void *ptr, size_t 
 	return ok;
 }
 
-/* Responder check: may the peer of c access [raddr, raddr+len) with want?
- * Sets *ptr.  0 or -DKV_E_GRANT. */
-/* Check that rkey allows want on [raddr, raddr+len) and, when src is set,
- * copy it there while the locks that ns_revoke and ns_dereg_mr take are
- * held: once they return, no byte of an older access lands there. */
-static int access_checked(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
-			  unsigned want, const void *src)
+/* Check that rkey allows want on [raddr, raddr+len) and, when fn is set, run
+ * fn(arg, raddr, len) while the locks that ns_revoke and ns_dereg_mr take are
+ * held: once they return, no older access touches that memory any more.
+ * 0, -DKV_E_GRANT, or what fn returned. */
+int ns_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
+		     unsigned want, ns_access_fn fn, void *arg)
 {
 	struct ns_domain *d = c->d;
 	struct ns_key *k;
@@ -217,34 +216,39 @@ static int access_checked(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint
 	k = ns_kt_find(&d->mrs, rkey);
 	if (k) {
 		if (ns_key_covers(k, raddr, len, want))
-			err = 0;
-		if (!err && src)
-			memcpy((void *)(uintptr_t)raddr, src, len);
+			err = fn ? fn(arg, (uint8_t *)(uintptr_t)raddr, len) : 0;
 	} else {
 		pthread_mutex_lock(&c->mu);
 		k = ns_kt_find(&c->grants, rkey);
 		/* The grant is dead once its registration is. */
 		if (k && ns_key_covers(k, raddr, len, want) && ns_kt_find(&d->mrs, k->parent))
-			err = 0;
-		if (!err && src)
-			memcpy((void *)(uintptr_t)raddr, src, len);
+			err = fn ? fn(arg, (uint8_t *)(uintptr_t)raddr, len) : 0;
 		pthread_mutex_unlock(&c->mu);
 	}
 	pthread_rwlock_unlock(&d->lock);
 	return err;
 }
 
+/* Responder check: may the peer of c access [raddr, raddr+len) with want?
+ * Sets *ptr.  0 or -DKV_E_GRANT. */
 int ns_check_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
 			   unsigned want, void **ptr)
 {
 	*ptr = (void *)(uintptr_t)raddr;
-	return access_checked(c, rkey, raddr, len, want, NULL);
+	return ns_remote_access(c, rkey, raddr, len, want, NULL, NULL);
+}
+
+static int copy_in(void *src, uint8_t *p, uint64_t len)
+{
+	memcpy(p, src, len);
+	return 0;
 }
 
 int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const void *src,
 		      size_t len)
 {
-	return access_checked(c, rkey, raddr, len, NET_ACCESS_REMOTE_WRITE, src);
+	return ns_remote_access(c, rkey, raddr, len, NET_ACCESS_REMOTE_WRITE, copy_in,
+				(void *)src);
 }
 
 int ns_grant(struct net_conn *cc, struct net_mr *mr, void *addr, size_t len, unsigned access,

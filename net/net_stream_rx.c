@@ -398,24 +398,36 @@ static int rx_frame(struct ns_reader *rd)
 	}
 
 	switch (h.op) {
-	case NS_READ_REQ:
+	case NS_READ_REQ: {
+		/* The reply points into the region; the writer hands each piece
+		 * to the kernel under the grant check (txe->region), so a revoke
+		 * and free before it is sent cannot leak what comes next. */
+		struct ns_txe *e;
+		struct ns_hdr a = {.op = NS_READ_RESP, .seq = h.seq, .len = h.len};
+		size_t cost = sizeof(*e) + h.len;
+
 		err =
 		    ns_check_remote_access(c, h.rkey, h.raddr, h.len, NET_ACCESS_REMOTE_READ, &ptr);
 		if (err)
 			return rx_refuse(c, NS_READ_RESP, h.seq, err);
-		{
-			struct ns_txe *e = malloc(sizeof(*e));
-			struct ns_hdr a = {.op = NS_READ_RESP, .seq = h.seq, .len = h.len};
-			if (!e)
-				return -ENOMEM;
-			ns_hdr_encode(e->hdr, &a);
-			e->data = ptr;
-			e->dlen = h.len;
-			e->pass_fd = -1;
-			e->heap = true;
-			ns_tx_submit(c, e, TX_NOBLOCK);
+		if (!ns_read_budget_take(c, cost))
+			return rx_refuse(c, NS_READ_RESP, h.seq, -ENOBUFS);
+		e = calloc(1, sizeof(*e));
+		if (!e) {
+			ns_read_budget_give(c, cost);
+			return -ENOMEM;
 		}
+		ns_hdr_encode(e->hdr, &a);
+		e->data = ptr;
+		e->dlen = h.len;
+		e->pass_fd = -1;
+		e->heap = true;
+		e->region = true;
+		e->rkey = h.rkey;
+		e->budget = cost;
+		ns_tx_submit(c, e, TX_NOBLOCK);
 		return 0;
+	}
 
 	case NS_WRITE:
 	case NS_WRITE_IMM:

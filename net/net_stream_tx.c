@@ -64,11 +64,33 @@ void ns_recv_complete(struct ns_conn *c, uint64_t wr_id, int status, enum net_wc
 /* ------------------------------------------------------------------ */
 /* output                                                             */
 
+struct send_arg {
+	int fd;
+	struct msghdr *msg;
+	ssize_t w;
+	int err;
+};
+
+static ssize_t send_once(struct send_arg *a)
+{
+	a->w = sendmsg(a->fd, a->msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	a->err = a->w < 0 ? errno : 0;
+	return a->w;
+}
+
+/* ns_access_fn: the kernel copies the piece while the grant is checked. */
+static int send_checked(void *arg, uint8_t *p, uint64_t len)
+{
+	send_once(arg);
+	return 0;
+}
+
 /* Write e to fd from *off.  0 when all written; -EAGAIN (TX_NOBLOCK, *off
- * updated); -ETIMEDOUT when the socket stays full for timeout_ms; other
- * -errno.  Bytes written are added to *sent. */
-static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, int timeout_ms,
-		     atomic_uint_fast64_t *sent)
+ * updated); -ETIMEDOUT when the socket stays full for timeout_ms;
+ * -DKV_E_GRANT when a READ reply's memory was revoked before all of it left
+ * (c set); other -errno.  Bytes written are added to *sent. */
+static int txe_write(struct ns_conn *c, int fd, struct ns_txe *e, size_t *off,
+		     enum tx_mode mode, int timeout_ms, atomic_uint_fast64_t *sent)
 {
 	size_t total = NS_HDR_SIZE + e->dlen;
 	union {
@@ -106,7 +128,21 @@ static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, i
 			ch->cmsg_len = CMSG_LEN(sizeof(int));
 			memcpy(CMSG_DATA(ch), &e->pass_fd, sizeof(int));
 		}
-		w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		struct send_arg sa = {.fd = fd, .msg = &msg};
+		if (e->region && e->dlen) {
+			/* Check what is left of the payload, not just this call's
+			 * part: the kernel may take all of it. */
+			size_t doff = *off < NS_HDR_SIZE ? 0 : *off - NS_HDR_SIZE;
+			int r = ns_remote_access(c, e->rkey, (uint64_t)(uintptr_t)e->data + doff,
+						 e->dlen - doff, NET_ACCESS_REMOTE_READ, send_checked,
+						 &sa);
+			if (r)
+				return r;
+		} else {
+			send_once(&sa);
+		}
+		w = sa.w;
+		errno = sa.err;
 		if (w > 0) {
 			*off += (size_t)w;
 			atomic_fetch_add_explicit(sent, (uint64_t)w, memory_order_relaxed);
@@ -130,7 +166,7 @@ static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, i
 
 static int tx_write(struct ns_conn *c, struct ns_txe *e, size_t *off, enum tx_mode mode)
 {
-	return txe_write(c->fd, e, off, mode, c->o.op_timeout_ms, &c->bytes_sent);
+	return txe_write(c, c->fd, e, off, mode, c->o.op_timeout_ms, &c->bytes_sent);
 }
 
 /* Blocking write of one small frame before the connection's threads exist
@@ -143,12 +179,85 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 	size_t off = 0;
 
 	ns_hdr_encode(e.hdr, h);
-	return txe_write(fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
+	return txe_write(NULL, fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
 }
 
-static void txe_release(struct ns_txe *e)
+/* READ reply bytes waiting to be sent in this process (all connections);
+ * rd_mu/rd_cond wake readers waiting for room. */
+static atomic_size_t rd_queued_all;
+static pthread_mutex_t rd_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rd_cond;
+static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
+static unsigned rd_waiters; /* rd_mu */
+
+static void rd_init(void)
 {
-	if (!e || !e->heap)
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&rd_cond, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static bool budget_fits(size_t cur, size_t len, size_t max)
+{
+	return !cur || cur + len <= max;
+}
+
+size_t ns_read_queued_all(void)
+{
+	return atomic_load(&rd_queued_all);
+}
+
+bool ns_read_budget_take(struct ns_conn *c, size_t len)
+{
+	uint64_t deadline = now_ns() + (uint64_t)c->o.op_timeout_ms * 1000000ull;
+	bool ok = false;
+
+	pthread_once(&rd_once, rd_init);
+	pthread_mutex_lock(&rd_mu);
+	for (;;) {
+		if (budget_fits(atomic_load(&c->rd_queued), len, NS_READ_QUEUE_MAX) &&
+		    budget_fits(atomic_load(&rd_queued_all), len, NS_READ_QUEUE_ALL)) {
+			atomic_fetch_add(&c->rd_queued, len);
+			atomic_fetch_add(&rd_queued_all, len);
+			ok = true;
+			break;
+		}
+		uint64_t now = now_ns();
+		if (now >= deadline || __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
+			break;
+		/* Replies leave as their peers read them, or their connections
+		 * break after op_timeout_ms: either gives room back. */
+		uint64_t until = now + 50 * 1000000ull < deadline ? now + 50 * 1000000ull : deadline;
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+				      .tv_nsec = (long)(until % 1000000000ull)};
+		rd_waiters++;
+		pthread_cond_timedwait(&rd_cond, &rd_mu, &ts);
+		rd_waiters--;
+	}
+	pthread_mutex_unlock(&rd_mu);
+	return ok;
+}
+
+void ns_read_budget_give(struct ns_conn *c, size_t len)
+{
+	pthread_once(&rd_once, rd_init);
+	pthread_mutex_lock(&rd_mu);
+	atomic_fetch_sub(&c->rd_queued, len);
+	atomic_fetch_sub(&rd_queued_all, len);
+	if (rd_waiters)
+		pthread_cond_broadcast(&rd_cond);
+	pthread_mutex_unlock(&rd_mu);
+}
+
+static void txe_release(struct ns_conn *c, struct ns_txe *e)
+{
+	if (!e)
+		return;
+	if (e->budget)
+		ns_read_budget_give(c, e->budget);
+	if (!e->heap)
 		return;
 	if (e->pass_fd >= 0)
 		close(e->pass_fd);
@@ -191,7 +300,7 @@ static void tx_drain(struct ns_conn *c, enum tx_mode mode)
 			pthread_cond_signal(&c->helper_cond);
 			return; /* the helper is the writer now */
 		}
-		txe_release(e);
+		txe_release(c, e);
 		if (r < 0) {
 			pthread_mutex_unlock(&c->tx_mu);
 			if (r != -EPIPE && r != -ECONNRESET)
@@ -215,7 +324,7 @@ int ns_tx_submit(struct ns_conn *c, struct ns_txe *e, enum tx_mode mode)
 	pthread_mutex_lock(&c->tx_mu);
 	if (c->tx_dead) {
 		pthread_mutex_unlock(&c->tx_mu);
-		txe_release(e);
+		txe_release(c, e);
 		return -ENOTCONN;
 	}
 	if (c->txq_tail)
@@ -265,6 +374,8 @@ static struct ns_txe *txe_new(const struct ns_hdr *h, const uint8_t *payload, si
 	e->dlen = plen;
 	e->pass_fd = -1;
 	e->heap = true;
+	e->region = false;
+	e->budget = 0;
 	if (pass_fd >= 0) {
 		/* The frame owns its own copy: the registration may go away
 		 * before the frame leaves. */
@@ -344,12 +455,12 @@ void ns_conn_flush(struct ns_conn *c)
 	while (c->writer_active)
 		pthread_cond_wait(&c->tx_cond, &c->tx_mu);
 	c->tx_idle_waiters--;
-	txe_release(c->tx_cur);
+	txe_release(c, c->tx_cur);
 	c->tx_cur = NULL;
 	while (c->txq_head) {
 		struct ns_txe *e = c->txq_head;
 		c->txq_head = e->next;
-		txe_release(e);
+		txe_release(c, e);
 	}
 	c->txq_tail = NULL;
 	pthread_mutex_unlock(&c->tx_mu);

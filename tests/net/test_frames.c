@@ -425,3 +425,187 @@ Test(frames, write_revoked_midway_lands_nothing_after_the_revoke, .timeout = 30)
 	net_dereg_mr(mr);
 	net_domain_destroy(d);
 }
+
+/* A tcp-domain connection over a socketpair whose raw end is sv[1], with
+ * region registered and granted to the peer for REMOTE_READ. */
+struct read_peer {
+	struct net_domain *d;
+	struct net_mr *mr;
+	struct net_conn *c;
+	uint32_t g;
+	int sv[2];
+};
+
+static void read_peer_open(struct read_peer *p, const struct net_conn_opts *o, uint8_t *region,
+			   size_t len, const char *name)
+{
+	cr_assert_eq(net_domain_create(NET_TCP, &p->d), 0);
+	cr_assert_eq(net_reg_mr(p->d, region, len,
+				NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &p->mr), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->sv), 0);
+	cr_assert_eq(ns_conn_from_fd(p->d, p->sv[0], o, name, &p->c), 0);
+	cr_assert_eq(net_grant(p->c, p->mr, region, len, NET_ACCESS_REMOTE_READ, &p->g), 0);
+}
+
+static void read_peer_close(struct read_peer *p)
+{
+	close(p->sv[1]);
+	net_close(p->c);
+	net_dereg_mr(p->mr);
+	net_domain_destroy(p->d);
+}
+
+static void send_read(int fd, uint64_t seq, uint32_t rkey, const void *addr, size_t len)
+{
+	uint8_t hb[NS_HDR_SIZE];
+	struct ns_hdr h = {.op = NS_READ_REQ, .len = (uint32_t)len, .seq = seq, .rkey = rkey,
+			   .raddr = (uint64_t)(uintptr_t)addr};
+	ns_hdr_encode(hb, &h);
+	cr_assert_eq(write(fd, hb, sizeof(hb)), (ssize_t)sizeof(hb));
+}
+
+/* Read from fd until EOF (or 5 s of silence); returns the bytes read. */
+static size_t read_to_eof(int fd, uint8_t *buf, size_t cap)
+{
+	size_t n = 0;
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		cr_assert_eq(poll(&p, 1, 5000), 1, "neither the reply nor a hang-up came");
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r <= 0)
+			return n;
+		n += (size_t)r;
+		cr_assert_lt(n, cap, "more bytes than one reply");
+	}
+}
+
+/* A READ answered while the memory is still the reader's but sent later:
+ * the owner revokes and the memory gets someone else's bytes meanwhile.  No
+ * byte of the new owner's may leave: the reply (it points into the region)
+ * is handed to the kernel piece by piece under the grant check, so what
+ * left before the revoke is old and the rest never leaves (the connection
+ * breaks).  Two ways: a 4 KiB reply held back 300 ms (net_set_fault delay),
+ * and a 16 MiB reply half sent, stuck in a socket nobody reads. */
+static void read_then_revoke(size_t len, unsigned delay_us)
+{
+	struct net_conn_opts o = {.op_timeout_ms = 4000, .max_recv_wr = 8};
+	uint8_t *region = malloc(len), *got = malloc(NS_HDR_SIZE + len + 1);
+	struct net_fault fault = {.delay_us = delay_us};
+	struct read_peer p;
+
+	cr_assert(region && got);
+	memset(region, 0x22, len);
+	read_peer_open(&p, &o, region, len, "reader");
+	if (delay_us)
+		cr_assert_eq(net_set_fault(p.c, &fault), 0);
+	send_read(p.sv[1], 1, p.g, region, len);
+	usleep(100 * 1000); /* answered, not (all) sent yet */
+	cr_assert_eq(net_revoke(p.c, p.g), 0);
+	memset(region, 0x11, len);
+	size_t n = read_to_eof(p.sv[1], got, NS_HDR_SIZE + len + 1);
+	cr_assert_lt(n, NS_HDR_SIZE + len, "the whole reply left after the revoke");
+	for (size_t i = NS_HDR_SIZE; i < n; i++)
+		cr_assert_eq(got[i], 0x22, "byte %zu of the reply is the new owner's",
+			     i - NS_HDR_SIZE);
+	read_peer_close(&p);
+	free(region);
+	free(got);
+}
+
+Test(frames, a_reply_held_back_carries_nothing_after_the_revoke, .timeout = 30)
+{
+	read_then_revoke(4096, 300000);
+}
+
+Test(frames, a_reply_half_sent_carries_nothing_after_the_revoke, .timeout = 30)
+{
+	read_then_revoke(16 << 20, 0);
+}
+
+/* Read one whole frame (header + payload) from a raw socket; the header's
+ * status goes to *status, the payload length is returned. */
+static size_t read_frame(int fd, uint8_t *buf, size_t cap, int *status)
+{
+	uint8_t hb[NS_HDR_SIZE];
+	struct ns_hdr a;
+	size_t n = 0, want = NS_HDR_SIZE;
+
+	while (n < want) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		cr_assert_eq(poll(&p, 1, 5000), 1, "no reply");
+		ssize_t r = read(fd, n < NS_HDR_SIZE ? hb + n : buf + (n - NS_HDR_SIZE),
+				 n < NS_HDR_SIZE ? NS_HDR_SIZE - n : want - n);
+		cr_assert_gt(r, 0);
+		n += (size_t)r;
+		if (n == NS_HDR_SIZE) {
+			cr_assert_eq(ns_hdr_decode(hb, &a), 0);
+			cr_assert_leq(a.len, cap);
+			want = NS_HDR_SIZE + (a.op == NS_READ_RESP && a.status == 0 ? a.len : 0);
+		}
+	}
+	*status = a.status;
+	return want - NS_HDR_SIZE;
+}
+
+/* A peer that asks for READs faster than it reads the replies holds at most
+ * NS_READ_QUEUE_MAX bytes of copies on the node: the READs beyond wait
+ * (the node stops reading that socket) and are served, whole and in order,
+ * as the peer reads. */
+Test(frames, queued_read_replies_are_bounded_per_connection, .timeout = 60)
+{
+	const size_t len = NS_READ_QUEUE_MAX / 4;
+	struct net_conn_opts o = {.op_timeout_ms = 20000, .max_recv_wr = 8};
+	uint8_t *region = malloc(len), *got = malloc(len);
+	struct read_peer p;
+	int st;
+
+	cr_assert(region && got);
+	for (size_t i = 0; i < len; i++)
+		region[i] = (uint8_t)(i * 7 + 1);
+	read_peer_open(&p, &o, region, len, "hoarder");
+	for (uint64_t s = 1; s <= 6; s++)
+		send_read(p.sv[1], s, p.g, region, len);
+	/* The node answers as fast as it can on a loaded machine: watch 3 s. */
+	size_t q = 0;
+	for (int k = 0; k < 60; k++) {
+		size_t now = ns_read_queued_all();
+		q = now > q ? now : q;
+		usleep(50 * 1000);
+	}
+	cr_assert_leq(q, NS_READ_QUEUE_MAX, "%zu MiB of READ replies queued for one peer",
+		      q >> 20);
+	cr_assert_geq(q, 3 * len, "only %zu MiB queued: the test did not fill the budget", q >> 20);
+	for (int i = 0; i < 6; i++) {
+		size_t n = read_frame(p.sv[1], got, len, &st);
+		cr_assert_eq(st, 0, "READ %d refused", i);
+		cr_assert_eq(n, len);
+		cr_assert_eq(memcmp(got, region, len), 0, "READ %d", i);
+	}
+	read_peer_close(&p);
+	cr_assert_eq(ns_read_queued_all(), 0);
+	free(region);
+	free(got);
+}
+
+/* A peer that never reads its replies loses its connection after
+ * op_timeout_ms, and the copies it held go back to the budget. */
+Test(frames, a_peer_that_never_reads_its_replies_is_dropped, .timeout = 60)
+{
+	const size_t len = 8 << 20;
+	struct net_conn_opts o = {.op_timeout_ms = 1000, .max_recv_wr = 8};
+	uint8_t *region = calloc(1, len);
+	struct read_peer p;
+
+	cr_assert(region);
+	read_peer_open(&p, &o, region, len, "sleeper");
+	for (uint64_t s = 1; s <= 4; s++)
+		send_read(p.sv[1], s, p.g, region, len);
+	usleep(300 * 1000);
+	cr_assert_geq(ns_read_queued_all(), len, "the READs were not answered");
+	for (int i = 0; i < 100 && ns_read_queued_all(); i++)
+		usleep(50 * 1000);
+	cr_assert_eq(ns_read_queued_all(), 0, "%zu bytes still held for a peer that never reads",
+		     ns_read_queued_all());
+	read_peer_close(&p);
+	free(region);
+}
