@@ -6,10 +6,12 @@
  * Life cycle of mnt_main:
  *   parse options -> (not -f) fork: the parent waits for "ready" on a pipe
  *   and exits 0/1 -> embedded mode: lock data_dir, start dkvfs-memnode
- *   (child, own process group, dies with us) -> open the engine (retrying
- *   while the node starts) -> fs_create -> fuse_new + fuse_mount -> tell the
- *   parent -> multithreaded loop until unmount or SIGTERM/SIGINT/SIGHUP ->
- *   unmount, commit, eng_close, stop the memory node -> exit 0.
+ *   (child, own process group, dies with us: mount/mnt_node.h) -> open the
+ *   engine (retrying while the node starts, and up to 10 s while another
+ *   writer holds the volume) -> supervise the embedded node (restarted when
+ *   it dies) -> fs_create -> fuse_new + fuse_mount -> tell the parent ->
+ *   multithreaded loop until unmount or SIGTERM/SIGINT/SIGHUP -> unmount,
+ *   commit, eng_close, stop the memory node -> exit 0.
  */
 #ifndef DKV_MNT_H
 #define DKV_MNT_H

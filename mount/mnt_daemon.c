@@ -2,7 +2,8 @@
  *
  * Embedded mode (no memnode= option): the volume lives in a memory node
  * we start ourselves, dkvfs-memnode --listen unix:DATA_DIR/memnode.sock
- * --backing DATA_DIR/region, so its contents survive unmount and remount.
+ * --backing DATA_DIR/region (started, restarted and stopped by mnt_node.c),
+ * so its contents survive unmount and remount.
  * DATA_DIR/lock (flock) is held by the daemon and inherited by that node,
  * so a second dkvfs on the same data_dir is refused at once while the first
  * lives, and a remount after kill -9 waits for the orphaned node (which
@@ -31,10 +32,12 @@
 #include "fs/fs.h"
 #include "fs/fs_kv.h"
 #include "mount/mnt.h"
+#include "mount/mnt_node.h"
 
 #define WAIT_STEP_MS 20
 #define NODE_START_MS 15000
 #define LOCK_WAIT_MS 15000
+#define LEASE_WAIT_MS 10000
 
 struct mnt {
 	struct mnt_opts o;
@@ -42,7 +45,8 @@ struct mnt {
 	char data_dir[PATH_MAX];
 	char sock[PATH_MAX];
 	int lock_fd;
-	pid_t node;        /* embedded memory node, 0: none */
+	struct mnt_node node; /* the embedded memory node (embedded) */
+	bool embedded;
 	int ready_fd;      /* pipe to the waiting parent, -1: foreground */
 	eng_db *db;
 	struct fs_kv *kv;
@@ -285,99 +289,23 @@ static int lock_data_dir(struct mnt *m)
 	return 0;
 }
 
-static void find_memnode_bin(struct mnt *m, char *out, size_t cap)
-{
-	if (m->o.memnode_bin) {
-		snprintf(out, cap, "%s", m->o.memnode_bin);
-		return;
-	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = 0;
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			if (snprintf(out, cap, "%s/dkvfs-memnode", self) < (int)cap &&
-			    access(out, X_OK) == 0)
-				return;
-		}
-	}
-	snprintf(out, cap, "dkvfs-memnode"); /* execvp searches PATH */
-}
-
 static int start_node(struct mnt *m)
 {
-	char bin[PATH_MAX], listen[PATH_MAX + 8], backing[PATH_MAX + 8], log[PATH_MAX + 16];
 	const char *size = m->o.memnode_size ? m->o.memnode_size : "1G";
 	size_t sz;
 	if (mnt_parse_size(size, &sz)) {
 		dkv_err("bad memnode_size '%s'", size);
 		return -EINVAL;
 	}
-	find_memnode_bin(m, bin, sizeof(bin));
-	snprintf(listen, sizeof(listen), "unix:%s", m->sock);
-	snprintf(backing, sizeof(backing), "%s/region", m->data_dir);
-	snprintf(log, sizeof(log), "%s/memnode.log", m->data_dir);
-	unlink(m->sock); /* stale: we hold the lock, nobody serves it */
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		/* own process group: a Ctrl-C for the daemon must not kill the node
-		 * before the daemon flushed into it; it dies with the daemon */
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(1);
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-			close(fd);
-		}
-		char *argv[] = { "dkvfs-memnode", "--listen", listen, "--size", (char *)size,
-				 "--backing", backing, NULL };
-		execvp(bin, argv);
-		fprintf(stderr, "dkvfs: cannot run %s: %s\n", bin, strerror(errno));
-		_exit(127);
+	int rc = mnt_node_init(&m->node, m->data_dir, m->sock, size, m->o.memnode_bin);
+	if (rc) {
+		dkv_err("data_dir path too long: %s", m->data_dir);
+		return rc;
 	}
-	m->node = pid;
-	return 0;
-}
-
-static bool node_alive(struct mnt *m)
-{
-	int st;
-	if (!m->node)
-		return true;
-	if (waitpid(m->node, &st, WNOHANG) == m->node) {
-		dkv_err("the embedded memory node exited (%s %d); see %s/memnode.log",
-			WIFEXITED(st) ? "status" : "signal",
-			WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), m->data_dir);
-		m->node = 0;
-		return false;
-	}
-	return true;
-}
-
-static void stop_node(struct mnt *m)
-{
-	if (!m->node)
-		return;
-	kill(m->node, SIGTERM);
-	for (int waited = 0; waited < 30000; waited += WAIT_STEP_MS) {
-		if (waitpid(m->node, NULL, WNOHANG) == m->node) {
-			m->node = 0;
-			return;
-		}
-		nap(WAIT_STEP_MS);
-	}
-	dkv_warn("the embedded memory node did not stop in 30 s: killing it");
-	kill(m->node, SIGKILL);
-	waitpid(m->node, NULL, 0);
-	m->node = 0;
+	rc = mnt_node_start(&m->node);
+	if (!rc)
+		m->embedded = true;
+	return rc;
 }
 
 static int read_token(struct mnt *m)
@@ -449,25 +377,43 @@ static int open_store(struct mnt *m)
 		eo.slab_size = m->o.slab_size;
 	if (m->o.op_timeout_ms > 0)
 		eo.op_timeout_ms = m->o.op_timeout_ms;
-	for (int waited = 0;; waited += WAIT_STEP_MS) {
+	bool said_lease = false;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
 		rc = eng_open(&eo, &m->db);
 		if (!rc)
 			break;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		long waited = (t1.tv_sec - t0.tv_sec) * 1000L + (t1.tv_nsec - t0.tv_nsec) / 1000000L;
+		/* umount returns before the daemon it ends has made its final
+		 * commit and let go of the volume: give such a writer time. */
+		if (rc == -DKV_E_LEASE && waited < LEASE_WAIT_MS) {
+			if (!said_lease)
+				dkv_info("volume '%s' has a writer; waiting up to %d s in case it is "
+					 "a mount that is ending", eo.volume, LEASE_WAIT_MS / 1000);
+			said_lease = true;
+			nap(WAIT_STEP_MS);
+			continue;
+		}
 		/* the embedded node may still be starting */
-		bool starting = m->node && (rc == -ECONNREFUSED || rc == -ENOENT || rc == -EIO ||
+		bool starting = m->embedded && (rc == -ECONNREFUSED || rc == -ENOENT || rc == -EIO ||
 					    rc == -ETIMEDOUT || rc == -ECONNRESET);
-		if (!starting || waited >= NODE_START_MS || !node_alive(m))
+		if (!starting || waited >= NODE_START_MS || !mnt_node_alive(&m->node))
 			break;
 		nap(WAIT_STEP_MS);
 	}
 	if (rc == -DKV_E_LEASE)
-		dkv_err("volume '%s' is already mounted elsewhere (the memory node refuses a second writer)",
-			eo.volume);
+		dkv_err("volume '%s' is already mounted elsewhere (the memory node refuses a second "
+			"writer; waited %d s for it to let go)",
+			eo.volume, LEASE_WAIT_MS / 1000);
 	else if (rc == -DKV_E_TOKEN)
 		dkv_err("the memory node refused the token for volume '%s'", eo.volume);
 	else if (rc)
 		dkv_err("cannot open volume '%s' on %s: %s", eo.volume, addr, dkv_strerror(rc));
 	if (rc)
+		return rc;
+	if (m->embedded && (rc = mnt_node_supervise(&m->node)))
 		return rc;
 	m->kv = fs_kv_eng_create(m->db);
 	return m->kv ? 0 : -ENOMEM;
@@ -545,7 +491,9 @@ static void cleanup(struct mnt *m, int *rc)
 		}
 		m->db = NULL;
 	}
-	stop_node(m);
+	if (m->embedded)
+		mnt_node_stop(&m->node);
+	m->embedded = false;
 	if (m->lock_fd >= 0)
 		close(m->lock_fd);
 	m->lock_fd = -1;
