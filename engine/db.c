@@ -1015,6 +1015,9 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 		st->node_capacity = nst.capacity;
 		st->node_used = nst.used;
 	}
+	bool down;
+	mn_client_health(db->mc, &down, &st->node_downs, &st->node_fast_fails);
+	st->node_down = down;
 	return 0;
 }
 

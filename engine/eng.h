@@ -157,6 +157,9 @@ struct eng_stats {
 	uint64_t index_cache_bytes;       /* compute memory for cached indexes + filters */
 	uint64_t index_cache_keys;        /* keys those cover */
 	uint64_t node_capacity, node_used; /* memory node(s) behind the volume */
+	uint64_t node_down;       /* 1: not answering, operations fail at once */
+	uint64_t node_downs;      /* times it stopped answering */
+	uint64_t node_fast_fails; /* operations refused while it did not answer */
 };
 int eng_stats(eng_db *db, struct eng_stats *st);
 /* Capacity and use of the memory node(s), for statfs. */

@@ -490,6 +490,7 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 		fs->opts.max_dirty_chunks = 1;
 	pthread_rwlock_init(&fs->ns_lock, NULL);
 	pthread_mutex_init(&fs->open_lock, NULL);
+	pthread_mutex_init(&fs->root_lock, NULL);
 	pthread_mutex_init(&fs->id_lock, NULL);
 	rc = load_or_make(fs);
 	if (!rc && !fs->opts.read_only)
@@ -516,6 +517,7 @@ int fs_destroy(struct fs_ctx *fs)
 	}
 	pthread_rwlock_destroy(&fs->ns_lock);
 	pthread_mutex_destroy(&fs->open_lock);
+	pthread_mutex_destroy(&fs->root_lock);
 	pthread_mutex_destroy(&fs->id_lock);
 	free(fs);
 	return rc;
@@ -528,6 +530,7 @@ void fs_drop(struct fs_ctx *fs)
 	fs_inode_drop_all(fs);
 	pthread_rwlock_destroy(&fs->ns_lock);
 	pthread_mutex_destroy(&fs->open_lock);
+	pthread_mutex_destroy(&fs->root_lock);
 	pthread_mutex_destroy(&fs->id_lock);
 	free(fs);
 }

@@ -91,6 +91,12 @@ struct fs_ctx {
 	pthread_mutex_t id_lock;
 	uint64_t id_next, id_limit;                 /* id_lock */
 	struct fs_counters cnt;
+	/* The root's attributes as last read: while the memory node does not
+	 * answer, getattr of "/" gives these, so /.dkvfs/stats stays readable
+	 * (the kernel checks the root's permissions on the way). */
+	pthread_mutex_t root_lock;
+	struct stat root_st; /* root_lock */
+	bool root_known;     /* root_lock */
 };
 
 /* ---- fs_core.c: store helpers ---- */

@@ -143,7 +143,8 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		"\nmemtable_bytes: %" PRIu64 "\nimmutables: %" PRIu64 "\ntables: %" PRIu64
 		"\ntable_bytes: %" PRIu64 "\nlive_keys_estimate: %" PRIu64
 		"\nindex_cache_bytes: %" PRIu64 "\nindex_cache_keys: %" PRIu64
-		"\nnode_capacity: %" PRIu64 "\nnode_used: %" PRIu64 "\n",
+		"\nnode_capacity: %" PRIu64 "\nnode_used: %" PRIu64 "\nnode_down: %" PRIu64
+		"\nnode_downs: %" PRIu64 "\nnode_fast_fails: %" PRIu64 "\n",
 		s.puts, s.deletes, s.gets, s.get_hits, s.iter_seeks, s.batches, s.user_bytes_written,
 		s.net_bytes_sent, s.net_bytes_recv, s.remote_reads, s.remote_read_bytes,
 		s.lookup_remote_reads, s.lookup_remote_read_bytes, s.flushes, s.flush_bytes,
@@ -151,7 +152,8 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		s.compaction_bytes_read, s.compaction_bytes_written, s.compaction_net_bytes,
 		s.delete_flushes, s.tombstone_compactions, s.discards, s.space_low,
 		s.memtable_bytes, s.immutables, s.tables, s.table_bytes, s.live_keys_estimate,
-		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used);
+		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used, s.node_down,
+		s.node_downs, s.node_fast_fails);
 	if (n < 0)
 		return 0;
 	return (size_t)n < cap ? (size_t)n : cap - 1;

@@ -207,6 +207,17 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		stat_of(fs, &rec, st);
 	fs_rec_release(&rec);
 	free(k);
+	if (!strcmp(path, "/")) {
+		pthread_mutex_lock(&fs->root_lock);
+		if (!rc) {
+			fs->root_st = *st;
+			fs->root_known = true;
+		} else if ((rc == -EIO || rc == -ETIMEDOUT) && fs->root_known) {
+			*st = fs->root_st; /* the node does not answer: last known */
+			rc = 0;
+		}
+		pthread_mutex_unlock(&fs->root_lock);
+	}
 	return ret(fs, rc);
 }
 

@@ -16,6 +16,7 @@
  * c->block protects the registered-buffer list.
  */
 #include "memnode/mn_client.h"
+#include "memnode/mn_health.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -87,6 +88,9 @@ struct mn_client {
 	void *freel[POOL_CLASSES]; /* free buffers, linked through their first word */
 	uintptr_t *doubt;          /* args of timed-out calls the node may still READ */
 	size_t ndoubt, doubtcap;
+
+	struct mn_health health;   /* fail fast while the node does not answer */
+	bool health_on;            /* set once open succeeded */
 };
 
 static int map_err(int rc)
@@ -485,21 +489,27 @@ static int open_volume(struct mn_client *c, struct rpc_chan *ch)
 	return ext_refresh(c, ch, NULL, NULL);
 }
 
+static void hello_build(const struct mn_client *c, uint8_t hello[MN_HELLO_SIZE])
+{
+	struct mn_hello h = { .version = MN_PROTO_VERSION };
+
+	h.token_len = (uint8_t)c->o.token_len;
+	memcpy(h.token, c->token, c->o.token_len);
+	mn_hello_encode(hello, &h);
+}
+
 /* Connect, authenticate, open the volume.  Lock held. */
 static int connect_once(struct mn_client *c, struct rpc_chan **out)
 {
 	struct net_conn_opts no = { 0 };
 	uint8_t hello[MN_HELLO_SIZE], rpriv[NET_PRIV_MAX];
-	struct mn_hello h = { .version = MN_PROTO_VERSION };
 	struct mn_welcome w;
 	size_t rlen = sizeof(rpriv);
 	struct net_conn *conn = NULL;
 	struct rpc_chan *ch = NULL;
 	int rc;
 
-	h.token_len = (uint8_t)c->o.token_len;
-	memcpy(h.token, c->token, c->o.token_len);
-	mn_hello_encode(hello, &h);
+	hello_build(c, hello);
 	no.op_timeout_ms = c->o.op_timeout_ms;
 	no.connect_timeout_ms = c->o.op_timeout_ms < 3000 ? c->o.op_timeout_ms : 3000;
 	no.max_send_wr = RPC_CHAN_SEND_WR;
@@ -551,12 +561,16 @@ static int chan_get_locked(struct mn_client *c, struct rpc_chan **out)
 {
 	int rc;
 
+	if (c->health_on && mn_health_refuse(&c->health))
+		return -EIO; /* not answering: fail at once (mn_health.h) */
 	if (c->ch && !rpc_chan_ok(c->ch)) {
 		dkv_warn("connection to memory node %s lost; reconnecting", c->conn_addr);
 		chan_drop(c);
 	}
 	if (!c->ch) {
 		rc = connect_once(c, &c->ch);
+		if (rc && c->health_on && mn_health_is_unreachable(rc))
+			mn_health_mark_down(&c->health, dkv_strerror(rc));
 		if (rc)
 			return map_err(rc);
 	}
@@ -689,6 +703,10 @@ int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 	}
 	if (rc)
 		goto out_free;
+	uint8_t hello[MN_HELLO_SIZE];
+	hello_build(c, hello);
+	mn_health_init(&c->health, c->dom, c->conn_addr, hello);
+	c->health_on = true;
 	*out = c;
 	return 0;
 
@@ -701,6 +719,9 @@ void mn_client_close(struct mn_client *c)
 {
 	if (!c)
 		return;
+	if (c->health_on)
+		mn_health_destroy(&c->health);
+	c->health_on = false;
 	if (c->ch && rpc_chan_ok(c->ch) && c->volume)
 		rpc_call(c->ch, MN_OP_CLOSE, NULL, 0, NULL, NULL, 0, NULL);
 	pthread_mutex_lock(&c->lock);
@@ -766,6 +787,8 @@ int mn_call_timeout(struct mn_client *c, uint16_t op, const void *req, size_t re
 	rc = rpc_call_timeout(ch, op, req, req_len, arg_len ? &a : NULL, reply, cap, rlen,
 			      timeout_ms);
 	rpc_chan_unref(ch);
+	if (rc == -ETIMEDOUT && !timeout_ms && c->health_on)
+		mn_health_mark_down(&c->health, "a request timed out");
 	if (rc != -ETIMEDOUT) /* else the node may still READ it: leak it */
 		buf_del(c, bounce);
 	else if (arg_len && !bounce)
@@ -949,6 +972,16 @@ int mn_stats(struct mn_client *c, struct mn_node_stats *st)
 	return 0;
 }
 
+void mn_client_health(const struct mn_client *c, bool *down, uint64_t *downs,
+		      uint64_t *fast_fails)
+{
+	struct mn_client *m = (struct mn_client *)c;
+
+	*down = m->health_on && atomic_load(&m->health.down);
+	*downs = m->health_on ? atomic_load(&m->health.downs) : 0;
+	*fast_fails = m->health_on ? atomic_load(&m->health.fast_fails) : 0;
+}
+
 void mn_client_net_stats(const struct mn_client *c, struct net_stats *st)
 {
 	struct mn_client *m = (struct mn_client *)c;
@@ -1043,6 +1076,8 @@ int mn_wait(struct mn_client *c, struct mn_io *io)
 	if (io->done)
 		return io->status;
 	rc = rpc_wait(ch, (uint64_t)(uintptr_t)io->priv[IO_HANDLE], 0);
+	if (rc == -ETIMEDOUT && c->health_on)
+		mn_health_mark_down(&c->health, "a read or write timed out");
 	if (!rc && bounce && io->priv[IO_USER])
 		memcpy(io->priv[IO_USER], bounce->p, bounce->len);
 	if (rc != -ETIMEDOUT) /* else the transport may still use it: leak it */

@@ -151,5 +151,10 @@ struct mn_node_stats {
 int mn_stats(struct mn_client *c, struct mn_node_stats *st);
 /* Transport counters of this client since open (bytes both ways, ops). */
 void mn_client_net_stats(const struct mn_client *c, struct net_stats *st);
+/* Is the node marked down (operations fail at once until a probe gets an
+ * answer: memnode/mn_health.h), how often was it, and how many operations
+ * were refused meanwhile. */
+void mn_client_health(const struct mn_client *c, bool *down, uint64_t *downs,
+		      uint64_t *fast_fails);
 
 #endif

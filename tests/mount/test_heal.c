@@ -122,15 +122,13 @@ Test(heal, a_node_that_keeps_failing_is_retried_with_backoff)
 	down();
 }
 
-/* umount returns before the daemon has made its final commit and let go of
- * the volume's writer lease; a mount of the same volume on an external node
- * right then waits for the lease instead of failing "already mounted
- * elsewhere".  A volume that really is mounted is still refused. */
-Test(heal, remount_on_an_external_node_right_after_unmount)
+/* Start an external node (256M, socket T/mn.sock, into sock) and mount its
+ * default volume on MNT, retrying while it starts. */
+static void mount_external(char sock[PATH_MAX + 16])
 {
-	char sock[PATH_MAX + 16], listen[PATH_MAX + 32], bin[PATH_MAX + 32];
+	char listen[PATH_MAX + 32], bin[PATH_MAX + 32];
 
-	snprintf(sock, sizeof(sock), "%s/mn.sock", T);
+	snprintf(sock, PATH_MAX + 16, "%s/mn.sock", T);
 	snprintf(listen, sizeof(listen), "unix:%s", sock);
 	snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
 	extra_node = fork();
@@ -144,7 +142,18 @@ Test(heal, remount_on_an_external_node_right_after_unmount)
 		if (rc)
 			usleep(100 * 1000);
 	}
-	cr_assert_eq(rc, 0, "first mount failed");
+	cr_assert_eq(rc, 0, "mount of an external node failed");
+}
+
+/* umount returns before the daemon has made its final commit and let go of
+ * the volume's writer lease; a mount of the same volume on an external node
+ * right then waits for the lease instead of failing "already mounted
+ * elsewhere".  A volume that really is mounted is still refused. */
+Test(heal, remount_on_an_external_node_right_after_unmount)
+{
+	char sock[PATH_MAX + 16];
+
+	mount_external(sock);
 	for (int i = 0; i < 5; i++) {
 		/* enough unflushed data that the final commit takes a moment */
 		cr_assert_eq(sh("head -c 20000000 /dev/urandom > %s/f%d && echo line%d >> %s/log",
@@ -163,5 +172,53 @@ Test(heal, remount_on_an_external_node_right_after_unmount)
 	sh_out(out, sizeof(out), "%s/dkvfs -o memnode=unix:%s %s/m2 2>&1; echo rc=$?", B, sock, T);
 	cr_assert(strstr(out, "already mounted elsewhere") && strstr(out, "rc=1"), "got: %s", out);
 	cr_assert_lt(now_s() - t0, 30, "the refusal took %.0f s", now_s() - t0);
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
+}
+
+/* An external node that hangs (SIGSTOP): once one operation has timed out,
+ * the rest fail at once instead of each waiting out its own timeout, and
+ * the mount says so in .dkvfs/stats; after SIGCONT it serves again within
+ * 2 s (a probe finds the node answering).  Every operation below needs the
+ * node: the files' tables were compacted onto it and the mount is fresh. */
+Test(heal, a_hung_external_node_fails_fast_and_recovers)
+{
+	char sock[PATH_MAX + 16];
+
+	mount_external(sock);
+	cr_assert_eq(sh("cd %s && for d in a b c d; do mkdir $d && for i in $(seq 1 250); do "
+			"echo $d$i > $d/f$i; done; done && %s/dkvfs-ctl compact %s >/dev/null",
+			MNT, B, MNT), 0);
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
+	cr_assert_eq(sh("%s/dkvfs -o memnode=unix:%s %s", B, sock, MNT), 0, "remount failed");
+	cr_assert_eq(kill(extra_node, SIGSTOP), 0);
+	double t0 = now_s();
+	sh("cd %s && for i in $(seq 1 30); do cat a/f$i; done >/dev/null 2>&1; "
+	   "find . >/dev/null 2>&1; ls b c d >/dev/null 2>&1; true", MNT);
+	double took = now_s() - t0;
+	fprintf(stderr, "heal: 30 cat + find + ls against a stopped node: %.2f s\n", took);
+	char st[256];
+	sh_out(st, sizeof(st), "grep '^node_down:' %s/.dkvfs/stats 2>&1", MNT);
+	cr_assert_str_eq(st, "node_down: 1", "stats while the node hangs: %s", st);
+	cr_assert_lt(took, 10.0 * op_timeout_ms(1000) / 1000.0,
+		     "%.1f s of operations against a hung node (each waited its own timeout)", took);
+	cr_assert_eq(kill(extra_node, SIGCONT), 0);
+	t0 = now_s();
+	took = -1;
+	while (now_s() - t0 < 30) {
+		if (sh("cd %s && test \"$(cat c/f7 2>/dev/null)\" = c7 && echo x > new 2>/dev/null",
+		       MNT) == 0) {
+			took = now_s() - t0;
+			break;
+		}
+		usleep(50 * 1000);
+	}
+	fprintf(stderr, "heal: served again %.2f s after SIGCONT\n", took);
+	cr_assert_geq(took, 0, "the mount did not serve again after SIGCONT");
+	cr_assert_leq(took, 2.0 * op_timeout_ms(1000) / 1000.0, "%.1f s to serve again", took);
+	char n[32];
+	sh_out(n, sizeof(n), "find %s -type f | wc -l", MNT);
+	cr_assert_str_eq(n, "1001");
+	sh_out(st, sizeof(st), "grep '^node_down:' %s/.dkvfs/stats", MNT);
+	cr_assert_str_eq(st, "node_down: 0");
 	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
 }
