@@ -491,6 +491,7 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	pthread_rwlock_init(&fs->ns_lock, NULL);
 	pthread_mutex_init(&fs->open_lock, NULL);
 	pthread_mutex_init(&fs->root_lock, NULL);
+	dkv_ratelimit_init(&fs->err_rl, 10000, 10);
 	pthread_mutex_init(&fs->id_lock, NULL);
 	rc = load_or_make(fs);
 	if (!rc && !fs->opts.read_only)
@@ -518,6 +519,7 @@ int fs_destroy(struct fs_ctx *fs)
 	pthread_rwlock_destroy(&fs->ns_lock);
 	pthread_mutex_destroy(&fs->open_lock);
 	pthread_mutex_destroy(&fs->root_lock);
+	dkv_ratelimit_release(&fs->err_rl);
 	pthread_mutex_destroy(&fs->id_lock);
 	free(fs);
 	return rc;
@@ -531,6 +533,7 @@ void fs_drop(struct fs_ctx *fs)
 	pthread_rwlock_destroy(&fs->ns_lock);
 	pthread_mutex_destroy(&fs->open_lock);
 	pthread_mutex_destroy(&fs->root_lock);
+	dkv_ratelimit_release(&fs->err_rl);
 	pthread_mutex_destroy(&fs->id_lock);
 	free(fs);
 }

@@ -18,7 +18,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
+#include "common/ratelimit.h"
 #include "fs/fs.h"
 #include "fs/fs_key.h"
 #include "fs/fs_kv.h"
@@ -97,6 +99,7 @@ struct fs_ctx {
 	pthread_mutex_t root_lock;
 	struct stat root_st; /* root_lock */
 	bool root_known;     /* root_lock */
+	struct dkv_ratelimit err_rl; /* log lines of errors counted in fs_errors */
 };
 
 /* ---- fs_core.c: store helpers ---- */

@@ -25,6 +25,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "common/ratelimit.h"
+
 #include "common/err.h"
 #include "common/log.h"
 #include "fs/fs_int.h"
@@ -79,12 +81,18 @@ static void caller(struct fs_ctx *fs, uint32_t *uid, uint32_t *gid)
 }
 
 /* Errors at the edge: project codes become the nearest errno. */
-static int ret(struct fs_ctx *fs, int rc)
+/* The errno an operation answers.  Every error counted in fs_errors also
+ * gets a log line (rate-limited: fs->err_rl) naming the operation. */
+#define ret(fs, rc) ret_((fs), (rc), __func__)
+static int ret_(struct fs_ctx *fs, int rc, const char *op)
 {
 	if (rc >= 0)
 		return rc;
-	if (rc != -ENOENT && rc != -EEXIST && rc != -ENOTEMPTY && rc != -ENODATA)
+	if (rc != -ENOENT && rc != -EEXIST && rc != -ENOTEMPTY && rc != -ENODATA) {
 		FS_COUNT(fs, errors, 1);
+		dkv_log_rl(&fs->err_rl, DKV_LOG_WARN, "%s failed: %s (counted in fs_errors)",
+			   op + (strncmp(op, "op_", 3) ? 0 : 3), dkv_strerror(rc));
+	}
 	if (rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ENOTCONN)
 		return -EIO;
 	return -dkv_to_errno(rc);

@@ -32,6 +32,7 @@ struct mnt_opts {
 	char *memnode_bin;   /* path of dkvfs-memnode (default: next to us, then PATH) */
 	char *atime;       /* "relatime" (default), "strict" or "noatime" */
 	char *compaction;    /* memnode|compute|off */
+	char *log_file;      /* log here instead of stderr / syslog */
 	size_t memtable_size;
 	size_t slab_size;
 	int op_timeout_ms;

@@ -69,6 +69,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("memnode_bin=%s", memnode_bin),
 	OPT("atime=%s", atime),
 	OPT("compaction=%s", compaction),
+	OPT("log_file=%s", log_file),
 	OPT("op_timeout=%d", op_timeout_ms),
 	OPT("max_dirty=%d", max_dirty),
 	OPT("entry_timeout=%lf", entry_timeout),
@@ -115,6 +116,8 @@ static void usage(const char *prog)
 	       "  -o writeback_cache       let the kernel buffer writes (faster small writes)\n"
 	       "  -o implicit_dirs         lookups find directories that have no marker (keys\n"
 	       "                           written by the raw key API); costs a seek per miss\n"
+	       "  -o log_file=PATH         log here (default: stderr with -f, else syslog, else\n"
+	       "                           DATA_DIR/dkvfs.log or ~/.local/state/dkvfs/dkvfs.log)\n"
 	       "  -o atime=WHEN            relatime|strict|noatime: when reads stamp atime\n"
 	       "                           (default relatime, as Linux mounts)\n"
 	       "  -o ro                    read-only\n"
@@ -451,23 +454,88 @@ static int daemonize(struct mnt *m)
 	return 0;
 }
 
-/* Detach from the terminal; embedded mode keeps its log in data_dir. */
-static void quiet_stdio(struct mnt *m)
+/* A log file of our own when there is no syslog: DATA_DIR/dkvfs.log in
+ * embedded mode, else $XDG_STATE_HOME/dkvfs/dkvfs.log (~/.local/state/...). */
+static int fallback_log(struct mnt *m, char *out, size_t cap)
 {
-	char log[PATH_MAX + 16];
+	const char *x = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
+	char dir[PATH_MAX];
+	int n;
+
+	if (m->data_dir[0])
+		n = snprintf(dir, sizeof(dir), "%s", m->data_dir);
+	else if (x && *x)
+		n = snprintf(dir, sizeof(dir), "%s/dkvfs", x);
+	else if (h && *h)
+		n = snprintf(dir, sizeof(dir), "%s/.local/state/dkvfs", h);
+	else
+		n = snprintf(dir, sizeof(dir), "/var/log/dkvfs");
+	if (n < 0 || n >= (int)sizeof(dir) || mkdir_p(dir))
+		return -ENAMETOOLONG;
+	n = snprintf(out, cap, "%s/dkvfs.log", dir);
+	return n < 0 || n >= (int)cap ? -ENAMETOOLONG : dkv_log_to_file(out);
+}
+
+/* Where the log goes, as the first line says: -o log_file=PATH; else in the
+ * foreground stderr; else syslog (journald) when a syslog daemon listens;
+ * else a file of our own.  In the background stdin, stdout and (unless the
+ * log is a file, which then also gets libfuse's messages) stderr go to
+ * /dev/null: nobody reads the terminal. */
+static void choose_log(struct mnt *m, bool foreground, char *where, size_t cap)
+{
+	char path[PATH_MAX + 32];
+	const char *file = NULL; /* the log is this file */
+
+	snprintf(where, cap, "stderr");
+	if (m->o.log_file) {
+		int rc = dkv_log_to_file(m->o.log_file);
+		if (rc)
+			dkv_err("cannot open log_file %s: %s; logging to %s", m->o.log_file,
+				dkv_strerror(rc), foreground ? "stderr" : "syslog or a file");
+		else
+			file = m->o.log_file;
+	}
+	if (!file && !foreground) {
+		if (dkv_log_to_syslog() == 0)
+			snprintf(where, cap, "syslog (ident dkvfs, facility daemon: journalctl -t dkvfs)");
+		else if (fallback_log(m, path, sizeof(path)) == 0)
+			file = path;
+	}
+	if (file)
+		snprintf(where, cap, "%s", file);
+	if (foreground)
+		return;
 	int fd = open("/dev/null", O_RDWR);
 	if (fd < 0)
 		return;
 	dup2(fd, 0);
 	dup2(fd, 1);
-	int lfd = -1;
-	if (m->data_dir[0] && snprintf(log, sizeof(log), "%s/dkvfs.log", m->data_dir) < (int)sizeof(log))
-		lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	int lfd = file ? open(file, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
 	dup2(lfd >= 0 ? lfd : fd, 2);
 	if (lfd > 2)
 		close(lfd);
 	if (fd > 2)
 		close(fd);
+}
+
+/* The mount's source, as mount(8) and /proc/mounts show it:
+ * dkvfs:VOLUME@NODE (NODE: the memnode= addresses, or embedded:DATA_DIR).
+ * Commas and backslashes are escaped for libfuse's option parser. */
+static int add_fsname(struct mnt *m, struct fuse_args *args)
+{
+	char src[2 * PATH_MAX], opt[4 * PATH_MAX + 16];
+	size_t o = 0;
+
+	snprintf(src, sizeof(src), "dkvfs:%s@%s%s", m->o.volume ? m->o.volume : "default",
+		 m->o.memnode ? "" : "embedded:", m->o.memnode ? m->o.memnode : m->data_dir);
+	o = (size_t)snprintf(opt, sizeof(opt), "-ofsname=");
+	for (const char *p = src; *p && o + 3 < sizeof(opt); p++) {
+		if (*p == ',' || *p == '\\')
+			opt[o++] = '\\';
+		opt[o++] = *p;
+	}
+	opt[o] = 0;
+	return fuse_opt_add_arg(args, opt) ? -ENOMEM : 0;
 }
 
 static void cleanup(struct mnt *m, int *rc)
@@ -503,7 +571,8 @@ static void cleanup(struct mnt *m, int *rc)
 static void free_opts(struct mnt_opts *o)
 {
 	char **strs[] = { &o->memnode, &o->volume, &o->token_file, &o->transport, &o->data_dir,
-			  &o->memnode_size, &o->memnode_bin, &o->atime, &o->compaction };
+			  &o->memnode_size, &o->memnode_bin, &o->atime, &o->compaction,
+			  &o->log_file };
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);
 		*strs[i] = NULL;
@@ -546,7 +615,6 @@ int mnt_main(int argc, char **argv)
 	if (!cmd.foreground)
 		setenv("DKVFS_LOG", "warn", 0);
 	fuse_opt_add_arg(&args, "-odefault_permissions");
-	fuse_opt_add_arg(&args, "-ofsname=dkvfs");
 	fuse_opt_add_arg(&args, "-osubtype=dkvfs");
 
 	if (!cmd.foreground && (rc = daemonize(m)))
@@ -577,6 +645,9 @@ int mnt_main(int argc, char **argv)
 		rc = -EINVAL;
 		goto out;
 	}
+	rc = add_fsname(m, &args);
+	if (rc)
+		goto out;
 	rc = fs_create(m->kv, &fo, &m->fs);
 	if (rc) {
 		dkv_err("cannot open the filesystem: %s", dkv_strerror(rc));
@@ -596,10 +667,13 @@ int mnt_main(int argc, char **argv)
 		rc = -EIO;
 		goto out_unmount;
 	}
-	dkv_info("mounted on %s", m->mountpoint);
 	tell_parent(m, 0);
-	if (!cmd.foreground)
-		quiet_stdio(m);
+	char where[PATH_MAX + 96];
+	choose_log(m, cmd.foreground, where, sizeof(where));
+	dkv_log_notice("dkvfs %s: volume '%s' of %s mounted on %s; this log: %s", DKVFS_VERSION,
+		       m->o.volume ? m->o.volume : "default",
+		       m->o.memnode ? m->o.memnode : "the embedded memory node", m->mountpoint,
+		       where);
 	if (cmd.singlethread) {
 		rc = fuse_loop(m->fuse);
 	} else {

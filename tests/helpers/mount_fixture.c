@@ -97,12 +97,14 @@ int op_timeout_ms(int ms)
 	return k > 1 && k <= 100 ? ms * k : ms;
 }
 
-/* Mount (embedded memory node) with extra -o options; returns dkvfs's status. */
+/* Mount (embedded memory node) with extra -o options; returns dkvfs's status.
+ * The daemon logs to T/data/dkvfs.log whether or not the machine runs a
+ * syslog daemon (tests read it). */
 int up(const char *extra)
 {
-	return sh("%s/dkvfs -o data_dir=%s/data,memnode_size=512M,op_timeout=%d%s%s %s "
-		  "2>>%s/dkvfs.log",
-		  B, T, op_timeout_ms(3000), extra && *extra ? "," : "", extra ? extra : "", MNT,
+	return sh("%s/dkvfs -o data_dir=%s/data,memnode_size=512M,op_timeout=%d,"
+		  "log_file=%s/data/dkvfs.log%s%s %s 2>>%s/dkvfs.log",
+		  B, T, op_timeout_ms(3000), T, extra && *extra ? "," : "", extra ? extra : "", MNT,
 		  T);
 }
 

@@ -28,7 +28,8 @@ void mt_setup(void);
 void mt_teardown(void);
 /* ms scaled by DKVFS_TEST_TIME_SCALE (sanitizer builds run slower). */
 int op_timeout_ms(int ms);
-/* Mount (embedded memory node, 512M) with extra -o options; dkvfs's status. */
+/* Mount (embedded memory node, 512M, log in T/data/dkvfs.log) with extra -o
+ * options; dkvfs's status. */
 int up(const char *extra);
 /* Unmount and wait until the daemon and its node released the data_dir. */
 void down(void);

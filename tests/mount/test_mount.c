@@ -510,8 +510,8 @@ static void fill_until_enospc(void)
 {
 	cr_assert_eq(sh("head -c 4000000 /dev/urandom > %s/src/fill", T), 0);
 	cr_assert_eq(sh("%s/dkvfs -o data_dir=%s/data,memnode_size=160M,memtable_size=4M,"
-			"slab_size=4M,op_timeout=%d %s 2>>%s/dkvfs.log",
-			B, T, op_timeout_ms(5000), MNT, T),
+			"slab_size=4M,op_timeout=%d,log_file=%s/data/dkvfs.log %s 2>>%s/dkvfs.log",
+			B, T, op_timeout_ms(5000), T, MNT, T),
 		     0);
 	int i, rc = 0;
 	for (i = 0; i < 200 && rc == 0; i++)

@@ -124,9 +124,9 @@ Test(space, full_node_heals_after_half_the_files_are_removed)
 {
 	int n = 0, rc = 0, bad = 0, ok_after = -1;
 
-	cr_assert_eq(sh("%s/dkvfs -o data_dir=%s/data,memnode_size=256M,op_timeout=%d %s "
-			"2>>%s/dkvfs.log",
-			B, T, op_timeout_ms(5000), MNT, T),
+	cr_assert_eq(sh("%s/dkvfs -o data_dir=%s/data,memnode_size=256M,op_timeout=%d,"
+			"log_file=%s/data/dkvfs.log %s 2>>%s/dkvfs.log",
+			B, T, op_timeout_ms(5000), T, MNT, T),
 		     0);
 	for (int s = 0; s < 4; s++)
 		cr_assert_eq(sh("head -c %llu /dev/urandom > %s/src/s%d", MiB, T, s), 0);
