@@ -75,6 +75,7 @@ struct eng_compaction {
 	bool stop;               /* mu */
 	bool work;               /* mu */
 	uint64_t manual_req;     /* mu: compact_all requests */
+	int manual_flushing;     /* mu: compact_all flushing first: start no automatic job */
 	uint64_t manual_done;    /* mu */
 	int manual_err;          /* mu */
 	uint64_t done;           /* mu: compactions finished (or failed) */
@@ -1007,6 +1008,15 @@ static void *comp_main(void *arg)
 		uint64_t manual = c->manual_req;
 		bool is_manual = manual > c->manual_done;
 
+		if (!is_manual && c->manual_flushing) {
+			/* compact_all is flushing its deletes on what may be a
+			 * full node: an automatic merge started now would hold
+			 * the space the flush needs (and on a full node fail) */
+			struct timespec ts;
+			eng_deadline_in(&ts, COMP_RETRY_MS);
+			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+			continue;
+		}
 		if (!is_manual && !c->work) {
 			struct timespec ts;
 
@@ -1206,8 +1216,25 @@ int eng_compaction_all(struct eng_db *db)
 		return -EINVAL;
 	if (db->read_only)
 		return 0;
-	r = eng_flush(db);
+	/* On a full node the flush itself may be refused until running jobs
+	 * give back what they hold: retry as the merges below do. */
 	c = db->comp;
+	if (c) {
+		pthread_mutex_lock(&c->mu);
+		c->manual_flushing++;
+		pthread_mutex_unlock(&c->mu);
+	}
+	r = eng_flush(db);
+	for (int tries = 0; r == -ENOSPC && tries < MANUAL_ENOSPC_TRIES; tries++) {
+		usleep(COMP_RETRY_MS * 1000);
+		r = eng_flush(db);
+	}
+	if (c) {
+		pthread_mutex_lock(&c->mu);
+		c->manual_flushing--;
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+	}
 	if (r || !c || !c->started)
 		return r;
 	pthread_mutex_lock(&c->mu);
