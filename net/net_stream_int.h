@@ -136,12 +136,7 @@ struct ns_txe {
 	uint8_t inl[NS_CTRL_MAX]; /* payload of control frames (data points here) */
 	int pass_fd;		  /* -1 or an fd to send with SCM_RIGHTS */
 	bool heap;		  /* free after sending */
-	/* A READ reply: data points into memory the peer reads under grant
-	 * rkey; each piece is handed to the kernel under the grant check, so
-	 * a revoke or deregistration stops it (the connection breaks). */
-	bool region;
-	uint32_t rkey;
-	size_t budget; /* bytes of the READ budgets it holds (c->rd_queued) */
+	size_t budget; /* a READ reply: bytes of the READ budgets it holds */
 	atomic_bool sent;	  /* whole frame handed to the kernel (release) */
 };
 
@@ -385,6 +380,8 @@ int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const vo
  * and ns_dereg_mr take (fn must not block or take c->mu).  0, -DKV_E_GRANT or
  * fn's result. */
 typedef int (*ns_access_fn)(void *arg, uint8_t *p, uint64_t len);
+/* READ: copy [raddr, raddr+len) to dst under the check. */
+int ns_remote_copy_out(struct ns_conn *c, uint32_t rkey, uint64_t raddr, void *dst, size_t len);
 int ns_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
 		     unsigned want, ns_access_fn fn, void *arg);
 /* READ replies: budgets NS_READ_QUEUE_MAX / NS_READ_QUEUE_ALL (net_stream.h). */

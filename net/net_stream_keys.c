@@ -201,10 +201,25 @@ bool ns_lkey_covers(struct ns_domain *d, uint32_t lkey, const void *ptr, size_t 
 	return ok;
 }
 
+/* Is [raddr, raddr+len) covered, with want, by some live grant of c?  mu
+ * and d->lock held. */
+static bool any_grant_covers(struct ns_conn *c, uint64_t raddr, uint64_t len, unsigned want)
+{
+	for (size_t i = 0; i < c->grants.n; i++) {
+		const struct ns_key *g = &c->grants.v[i];
+		if (ns_key_covers(g, raddr, len, want) && ns_kt_find(&c->d->mrs, g->parent))
+			return true;
+	}
+	return false;
+}
+
 /* Check that rkey allows want on [raddr, raddr+len) and, when fn is set, run
  * fn(arg, raddr, len) while the locks that ns_revoke and ns_dereg_mr take are
  * held: once they return, no older access touches that memory any more.
- * 0, -DKV_E_GRANT, or what fn returned. */
+ * With fn (bytes about to move, for a request checked before), another live
+ * grant of this connection covering the range will do too: the owner may
+ * have replaced the grant (new rkey, same memory) meanwhile, and the peer may
+ * still access that memory.  0, -DKV_E_GRANT, or what fn returned. */
 int ns_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
 		     unsigned want, ns_access_fn fn, void *arg)
 {
@@ -221,7 +236,10 @@ int ns_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t 
 		pthread_mutex_lock(&c->mu);
 		k = ns_kt_find(&c->grants, rkey);
 		/* The grant is dead once its registration is. */
-		if (k && ns_key_covers(k, raddr, len, want) && ns_kt_find(&d->mrs, k->parent))
+		bool ok = k && ns_key_covers(k, raddr, len, want) && ns_kt_find(&d->mrs, k->parent);
+		if (!ok && fn)
+			ok = any_grant_covers(c, raddr, len, want);
+		if (ok)
 			err = fn ? fn(arg, (uint8_t *)(uintptr_t)raddr, len) : 0;
 		pthread_mutex_unlock(&c->mu);
 	}
@@ -242,6 +260,17 @@ static int copy_in(void *src, uint8_t *p, uint64_t len)
 {
 	memcpy(p, src, len);
 	return 0;
+}
+
+static int copy_out(void *dst, uint8_t *p, uint64_t len)
+{
+	memcpy(dst, p, len);
+	return 0;
+}
+
+int ns_remote_copy_out(struct ns_conn *c, uint32_t rkey, uint64_t raddr, void *dst, size_t len)
+{
+	return ns_remote_access(c, rkey, raddr, len, NET_ACCESS_REMOTE_READ, copy_out, dst);
 }
 
 int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const void *src,

@@ -166,7 +166,6 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	s->txe.dlen = (wr->op == NET_WR_READ || lr == 0) ? 0 : wr->len;
 	s->txe.pass_fd = -1;
 	s->txe.heap = false;
-	s->txe.region = false;
 	s->txe.budget = 0;
 	atomic_store_explicit(&s->txe.sent, false, memory_order_relaxed);
 	ns_tx_submit(c, &s->txe, TX_NOBLOCK);

@@ -399,9 +399,11 @@ static int rx_frame(struct ns_reader *rd)
 
 	switch (h.op) {
 	case NS_READ_REQ: {
-		/* The reply points into the region; the writer hands each piece
-		 * to the kernel under the grant check (txe->region), so a revoke
-		 * and free before it is sent cannot leak what comes next. */
+		/* The reply is a copy made under the grant check and the locks
+		 * revoke and deregistration take: what it carries was the
+		 * peer's to read when the check passed, and a revoke, free and
+		 * reuse before it is sent cannot change it (a reply pointing
+		 * into the region could leak the next owner's bytes). */
 		struct ns_txe *e;
 		struct ns_hdr a = {.op = NS_READ_RESP, .seq = h.seq, .len = h.len};
 		size_t cost = sizeof(*e) + h.len;
@@ -412,18 +414,23 @@ static int rx_frame(struct ns_reader *rd)
 			return rx_refuse(c, NS_READ_RESP, h.seq, err);
 		if (!ns_read_budget_take(c, cost))
 			return rx_refuse(c, NS_READ_RESP, h.seq, -ENOBUFS);
-		e = calloc(1, sizeof(*e));
+		e = malloc(cost);
 		if (!e) {
 			ns_read_budget_give(c, cost);
 			return -ENOMEM;
 		}
+		memset(e, 0, sizeof(*e));
+		err = ns_remote_copy_out(c, h.rkey, h.raddr, e + 1, h.len);
+		if (err) {
+			ns_read_budget_give(c, cost);
+			free(e);
+			return rx_refuse(c, NS_READ_RESP, h.seq, err);
+		}
 		ns_hdr_encode(e->hdr, &a);
-		e->data = ptr;
+		e->data = e + 1;
 		e->dlen = h.len;
 		e->pass_fd = -1;
 		e->heap = true;
-		e->region = true;
-		e->rkey = h.rkey;
 		e->budget = cost;
 		ns_tx_submit(c, e, TX_NOBLOCK);
 		return 0;

@@ -64,33 +64,11 @@ void ns_recv_complete(struct ns_conn *c, uint64_t wr_id, int status, enum net_wc
 /* ------------------------------------------------------------------ */
 /* output                                                             */
 
-struct send_arg {
-	int fd;
-	struct msghdr *msg;
-	ssize_t w;
-	int err;
-};
-
-static ssize_t send_once(struct send_arg *a)
-{
-	a->w = sendmsg(a->fd, a->msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-	a->err = a->w < 0 ? errno : 0;
-	return a->w;
-}
-
-/* ns_access_fn: the kernel copies the piece while the grant is checked. */
-static int send_checked(void *arg, uint8_t *p, uint64_t len)
-{
-	send_once(arg);
-	return 0;
-}
-
 /* Write e to fd from *off.  0 when all written; -EAGAIN (TX_NOBLOCK, *off
- * updated); -ETIMEDOUT when the socket stays full for timeout_ms;
- * -DKV_E_GRANT when a READ reply's memory was revoked before all of it left
- * (c set); other -errno.  Bytes written are added to *sent. */
-static int txe_write(struct ns_conn *c, int fd, struct ns_txe *e, size_t *off,
-		     enum tx_mode mode, int timeout_ms, atomic_uint_fast64_t *sent)
+ * updated); -ETIMEDOUT when the socket stays full for timeout_ms; other
+ * -errno.  Bytes written are added to *sent. */
+static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, int timeout_ms,
+		     atomic_uint_fast64_t *sent)
 {
 	size_t total = NS_HDR_SIZE + e->dlen;
 	union {
@@ -128,21 +106,7 @@ static int txe_write(struct ns_conn *c, int fd, struct ns_txe *e, size_t *off,
 			ch->cmsg_len = CMSG_LEN(sizeof(int));
 			memcpy(CMSG_DATA(ch), &e->pass_fd, sizeof(int));
 		}
-		struct send_arg sa = {.fd = fd, .msg = &msg};
-		if (e->region && e->dlen) {
-			/* Check what is left of the payload, not just this call's
-			 * part: the kernel may take all of it. */
-			size_t doff = *off < NS_HDR_SIZE ? 0 : *off - NS_HDR_SIZE;
-			int r = ns_remote_access(c, e->rkey, (uint64_t)(uintptr_t)e->data + doff,
-						 e->dlen - doff, NET_ACCESS_REMOTE_READ, send_checked,
-						 &sa);
-			if (r)
-				return r;
-		} else {
-			send_once(&sa);
-		}
-		w = sa.w;
-		errno = sa.err;
+		w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w > 0) {
 			*off += (size_t)w;
 			atomic_fetch_add_explicit(sent, (uint64_t)w, memory_order_relaxed);
@@ -166,7 +130,7 @@ static int txe_write(struct ns_conn *c, int fd, struct ns_txe *e, size_t *off,
 
 static int tx_write(struct ns_conn *c, struct ns_txe *e, size_t *off, enum tx_mode mode)
 {
-	return txe_write(c, c->fd, e, off, mode, c->o.op_timeout_ms, &c->bytes_sent);
+	return txe_write(c->fd, e, off, mode, c->o.op_timeout_ms, &c->bytes_sent);
 }
 
 /* Blocking write of one small frame before the connection's threads exist
@@ -179,7 +143,7 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 	size_t off = 0;
 
 	ns_hdr_encode(e.hdr, h);
-	return txe_write(NULL, fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
+	return txe_write(fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
 }
 
 /* READ reply bytes waiting to be sent in this process (all connections);
@@ -374,7 +338,6 @@ static struct ns_txe *txe_new(const struct ns_hdr *h, const uint8_t *payload, si
 	e->dlen = plen;
 	e->pass_fd = -1;
 	e->heap = true;
-	e->region = false;
 	e->budget = 0;
 	if (pass_fd >= 0) {
 		/* The frame owns its own copy: the registration may go away

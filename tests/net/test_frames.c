@@ -464,64 +464,6 @@ static void send_read(int fd, uint64_t seq, uint32_t rkey, const void *addr, siz
 	cr_assert_eq(write(fd, hb, sizeof(hb)), (ssize_t)sizeof(hb));
 }
 
-/* Read from fd until EOF (or 5 s of silence); returns the bytes read. */
-static size_t read_to_eof(int fd, uint8_t *buf, size_t cap)
-{
-	size_t n = 0;
-	for (;;) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		cr_assert_eq(poll(&p, 1, 5000), 1, "neither the reply nor a hang-up came");
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r <= 0)
-			return n;
-		n += (size_t)r;
-		cr_assert_lt(n, cap, "more bytes than one reply");
-	}
-}
-
-/* A READ answered while the memory is still the reader's but sent later:
- * the owner revokes and the memory gets someone else's bytes meanwhile.  No
- * byte of the new owner's may leave: the reply (it points into the region)
- * is handed to the kernel piece by piece under the grant check, so what
- * left before the revoke is old and the rest never leaves (the connection
- * breaks).  Two ways: a 4 KiB reply held back 300 ms (net_set_fault delay),
- * and a 16 MiB reply half sent, stuck in a socket nobody reads. */
-static void read_then_revoke(size_t len, unsigned delay_us)
-{
-	struct net_conn_opts o = {.op_timeout_ms = 4000, .max_recv_wr = 8};
-	uint8_t *region = malloc(len), *got = malloc(NS_HDR_SIZE + len + 1);
-	struct net_fault fault = {.delay_us = delay_us};
-	struct read_peer p;
-
-	cr_assert(region && got);
-	memset(region, 0x22, len);
-	read_peer_open(&p, &o, region, len, "reader");
-	if (delay_us)
-		cr_assert_eq(net_set_fault(p.c, &fault), 0);
-	send_read(p.sv[1], 1, p.g, region, len);
-	usleep(100 * 1000); /* answered, not (all) sent yet */
-	cr_assert_eq(net_revoke(p.c, p.g), 0);
-	memset(region, 0x11, len);
-	size_t n = read_to_eof(p.sv[1], got, NS_HDR_SIZE + len + 1);
-	cr_assert_lt(n, NS_HDR_SIZE + len, "the whole reply left after the revoke");
-	for (size_t i = NS_HDR_SIZE; i < n; i++)
-		cr_assert_eq(got[i], 0x22, "byte %zu of the reply is the new owner's",
-			     i - NS_HDR_SIZE);
-	read_peer_close(&p);
-	free(region);
-	free(got);
-}
-
-Test(frames, a_reply_held_back_carries_nothing_after_the_revoke, .timeout = 30)
-{
-	read_then_revoke(4096, 300000);
-}
-
-Test(frames, a_reply_half_sent_carries_nothing_after_the_revoke, .timeout = 30)
-{
-	read_then_revoke(16 << 20, 0);
-}
-
 /* Read one whole frame (header + payload) from a raw socket; the header's
  * status goes to *status, the payload length is returned. */
 static size_t read_frame(int fd, uint8_t *buf, size_t cap, int *status)
@@ -546,6 +488,50 @@ static size_t read_frame(int fd, uint8_t *buf, size_t cap, int *status)
 	*status = a.status;
 	return want - NS_HDR_SIZE;
 }
+
+/* A READ answered while the memory is still the reader's but sent later:
+ * the owner revokes and the memory gets someone else's bytes meanwhile.  No
+ * byte of the new owner's may leave: the reply is a copy made under the
+ * grant check, so it carries what the reader could read then, whole.  Two
+ * ways: a 4 KiB reply held back 300 ms (net_set_fault delay), and a 16 MiB
+ * reply half sent, stuck in a socket nobody reads.  Both failed when the
+ * reply pointed into the region until it was written out. */
+static void read_then_revoke(size_t len, unsigned delay_us)
+{
+	struct net_conn_opts o = {.op_timeout_ms = 4000, .max_recv_wr = 8};
+	uint8_t *region = malloc(len), *got = malloc(NS_HDR_SIZE + len + 1);
+	struct net_fault fault = {.delay_us = delay_us};
+	struct read_peer p;
+
+	cr_assert(region && got);
+	memset(region, 0x22, len);
+	read_peer_open(&p, &o, region, len, "reader");
+	if (delay_us)
+		cr_assert_eq(net_set_fault(p.c, &fault), 0);
+	send_read(p.sv[1], 1, p.g, region, len);
+	usleep(100 * 1000); /* answered, not (all) sent yet */
+	cr_assert_eq(net_revoke(p.c, p.g), 0);
+	memset(region, 0x11, len);
+	int st;
+	cr_assert_eq(read_frame(p.sv[1], got, len, &st), len);
+	cr_assert_eq(st, 0);
+	for (size_t i = 0; i < len; i++)
+		cr_assert_eq(got[i], 0x22, "byte %zu of the reply is the new owner's", i);
+	read_peer_close(&p);
+	free(region);
+	free(got);
+}
+
+Test(frames, a_reply_held_back_carries_nothing_after_the_revoke, .timeout = 30)
+{
+	read_then_revoke(4096, 300000);
+}
+
+Test(frames, a_reply_half_sent_carries_nothing_after_the_revoke, .timeout = 30)
+{
+	read_then_revoke(16 << 20, 0);
+}
+
 
 /* A peer that asks for READs faster than it reads the replies holds at most
  * NS_READ_QUEUE_MAX bytes of copies on the node: the READs beyond wait
@@ -608,4 +594,34 @@ Test(frames, a_peer_that_never_reads_its_replies_is_dropped, .timeout = 60)
 		     ns_read_queued_all());
 	read_peer_close(&p);
 	free(region);
+}
+
+/* The owner replaces a grant (revoke, then a new grant of the same memory to
+ * the same peer: mn_conn_grant does so when a lease changes) while a READ
+ * under the old one waits to be sent: the peer may still read that memory,
+ * so the reply goes out whole. */
+Test(frames, a_reply_under_a_replaced_grant_is_sent_whole, .timeout = 30)
+{
+	const size_t len = 4096;
+	struct net_conn_opts o = {.op_timeout_ms = 4000, .max_recv_wr = 8};
+	uint8_t *region = malloc(len), *got = malloc(len);
+	struct net_fault fault = {.delay_us = 300000};
+	struct read_peer p;
+	uint32_t g2;
+	int st;
+
+	cr_assert(region && got);
+	memset(region, 0x33, len);
+	read_peer_open(&p, &o, region, len, "regranted");
+	cr_assert_eq(net_set_fault(p.c, &fault), 0);
+	send_read(p.sv[1], 1, p.g, region, len);
+	usleep(100 * 1000); /* answered, not sent yet */
+	cr_assert_eq(net_revoke(p.c, p.g), 0);
+	cr_assert_eq(net_grant(p.c, p.mr, region, len, NET_ACCESS_REMOTE_READ, &g2), 0);
+	cr_assert_eq(read_frame(p.sv[1], got, len, &st), len);
+	cr_assert_eq(st, 0);
+	cr_assert_eq(memcmp(got, region, len), 0);
+	read_peer_close(&p);
+	free(region);
+	free(got);
 }
