@@ -78,7 +78,7 @@ Test(enospc, full_node_harms_nothing, .timeout = 50)
 /* Full node, then delete everything: deletes still work (large puts stop
  * while free space is below the engine's reserve), compaction turns them into
  * free space, and large writes succeed again. */
-Test(enospc, deleting_frees_space_again, .timeout = 50)
+Test(enospc, deleting_frees_space_again, .timeout = 90)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -87,7 +87,9 @@ Test(enospc, deleting_frees_space_again, .timeout = 50)
 	int r = 0;
 	eng_db *db;
 
-	cr_assert_eq(tnode_start(&node, 48u << 20, NULL, NULL), 0);
+	/* 64 MiB: 2 MiB slabs are 1/32 of the node, as the engine clamps them
+	 * (on 48 MiB the volume sometimes stayed full for good: issue 9) */
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
 	topts(&o, &node);
 	o.memtable_size = 1u << 20;
 	o.slab_size = 2u << 20;
@@ -107,8 +109,20 @@ Test(enospc, deleting_frees_space_again, .timeout = 50)
 		cr_assert_eq(eng_delete(db, NULL, k, tkey(k, sizeof(k), i)), 0,
 			     "delete %u on a full node", i);
 	}
-	r = eng_compact_all(db);
-	cr_assert_eq(r, 0, "compact_all after deleting everything: %d", r);
+	/* The space comes back by itself, within 30 s (issue 9's bar): a full
+	 * compaction asked meanwhile may be refused while running jobs still
+	 * hold what they wrote; ask again until then. */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		r = eng_compact_all(db);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (r != -ENOSPC || t1.tv_sec - t0.tv_sec >= 30 * test_time_scale())
+			break;
+		usleep(500 * 1000);
+	}
+	cr_assert_eq(r, 0, "compact_all after deleting everything, for %ld s: %d",
+		     (long)(t1.tv_sec - t0.tv_sec), r);
 	for (m = 0; m < n / 2; m++) {
 		char k[32];
 
