@@ -102,6 +102,29 @@ static int decode_rec(const void *v, size_t vl, const uint8_t *key, size_t klen,
 	return rc;
 }
 
+int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec)
+{
+	uint8_t key[FS_INTENT_KEY_LEN];
+	void *v = NULL;
+	size_t vl = 0;
+	int rc = fs_kv_get(fs->kv, key, fs_key_shared(key, ino), &v, &vl);
+	if (rc == -ENOENT) {
+		dkv_err("a hard link names inode %" PRIu64 " whose shared record is missing: "
+			"reporting EIO", ino);
+		return -EIO;
+	}
+	if (rc)
+		return rc;
+	rc = decode_rec(v, vl, key, sizeof(key), rec);
+	free(v);
+	if (!rc && (!(rec->flags & FS_REC_SHARED) || rec->ino != ino)) {
+		fs_rec_release(rec);
+		dkv_err("the shared record of inode %" PRIu64 " is not one: reporting EIO", ino);
+		rc = -EIO;
+	}
+	return rc;
+}
+
 int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
 	      bool implicit)
 {
@@ -129,6 +152,14 @@ int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, str
 		if (rc == 0) {
 			rc = decode_rec(v, vl, k->b, k->len, rec);
 			free(v);
+			if (!rc && (rec->flags & FS_REC_LINK)) {
+				uint64_t ino = rec->ino;
+				fs_rec_release(rec);
+				rc = fs_shared_get(fs, ino, rec);
+				if (!rc && reckey)
+					reckey->len = fs_key_shared(reckey->b, ino);
+				return rc;
+			}
 			if (!rc && reckey) {
 				memcpy(reckey->b, k->b, k->len);
 				reckey->len = k->len;
@@ -310,7 +341,7 @@ void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st)
 	memset(st, 0, sizeof(*st));
 	st->st_ino = rec->ino;
 	st->st_mode = rec->mode;
-	st->st_nlink = S_ISDIR(rec->mode) ? 2 : 1;
+	st->st_nlink = S_ISDIR(rec->mode) ? 2 : rec->nlink ? rec->nlink : 1;
 	st->st_uid = rec->uid;
 	st->st_gid = rec->gid;
 	st->st_rdev = rec->rdev;
@@ -452,7 +483,19 @@ static int recover_hidden(struct fs_ctx *fs)
 		    fs_kv_get(fs->kv, v, vl, &rv, &rl) == 0 && fs_rec_decode(rv, rl, &rec) == 0 &&
 		    rec.ino == get_be64(k + 1) && S_ISREG(rec.mode)) {
 			rc = fs_kv_batch_delete(b, v, vl);
-			if (!rc && (rec.flags & FS_REC_CHUNKED)) {
+			if (!rc && (rec.flags & FS_REC_LINK)) {
+				/* one name of a hard-linked file: drop that link */
+				struct fs_rec shared = FS_REC_INIT;
+				bool last = false;
+				rc = fs_shared_get(fs, rec.ino, &shared);
+				if (!rc)
+					rc = fs_batch_drop_link(fs, b, &shared, &last);
+				if (!rc && last && (shared.flags & FS_REC_CHUNKED)) {
+					reclaim = shared.data_id;
+					upto = shared.size;
+				}
+				fs_rec_release(&shared);
+			} else if (!rc && (rec.flags & FS_REC_CHUNKED)) {
 				reclaim = rec.data_id;
 				upto = rec.size;
 				rc = fs_batch_put_intent(b, reclaim, 0);

@@ -192,6 +192,18 @@ out:
 	return rc;
 }
 
+int fs_inode_get_file(struct fs_ctx *fs, const char *path, int dir_err, struct fs_inode **out,
+		      struct fs_kv_batch **b)
+{
+	int rc = fs_inode_get(fs, path, out);
+	if (rc)
+		return rc;
+	if (S_ISDIR((*out)->rec.mode))
+		return dir_err;
+	*b = fs_kv_batch_create(fs->kv);
+	return *b ? 0 : -ENOMEM;
+}
+
 static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 {
 	uint64_t m = a > b ? a : b;
@@ -768,6 +780,15 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 		rc = emit_chunk(b, ino, &ino->chunks[i], &bytes);
 	if (!rc && ino->trim_from != UINT64_MAX && is_chunked(ino))
 		rc = add_trim(fs, ino, b);
+	if (!rc && fs_key_is_shared(ino->key, ino->klen)) {
+		/* a hard-linked file: its link count is the store's (renames over
+		 * another name change it without this inode) */
+		struct fs_rec cur = FS_REC_INIT;
+		rc = fs_shared_get(fs, ino->ino, &cur);
+		if (!rc)
+			ino->rec.nlink = cur.nlink;
+		fs_rec_release(&cur);
+	}
 	if (!rc) {
 		bool inl = S_ISREG(ino->rec.mode) && !is_chunked(ino);
 		if (inl) {

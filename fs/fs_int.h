@@ -115,6 +115,22 @@ int fs_alloc_id(struct fs_ctx *fs, uint64_t *id);
 int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
 	      bool implicit);
 /* Encode rec and add it to b under key. */
+/* The shared record of hard-linked inode ino (L key).  -EIO if missing or
+ * not one. */
+int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec);
+/* ---- fs_link.c: hard links ---- */
+/* link(2): a new name for the file at from. */
+int fs_link(struct fs_ctx *fs, const char *from, const char *to);
+/* Put a name for rec at key: rec itself, or a name record (FS_REC_LINK)
+ * when rec is the shared record of a hard-linked file. */
+int fs_batch_put_name(struct fs_kv_batch *b, const uint8_t *key, size_t klen,
+		      const struct fs_rec *rec);
+/* Add to b the loss of one name of the hard-linked file whose (stored)
+ * shared record is shared: its link count goes down (ctime now), or, with
+ * the last name (*last), the shared record goes and its data with it (an
+ * intent).  shared is updated. */
+int fs_batch_drop_link(struct fs_ctx *fs, struct fs_kv_batch *b, struct fs_rec *shared,
+		       bool *last);
 int fs_batch_put_rec(struct fs_kv_batch *b, const uint8_t *key, size_t klen, const struct fs_rec *rec);
 /* Add intent data_id -> from to b. */
 int fs_batch_put_intent(struct fs_kv_batch *b, uint64_t data_id, uint64_t from);
@@ -137,6 +153,10 @@ void fs_rec_init_new(struct fs_rec *rec, uint32_t mode, uint32_t uid, uint32_t g
 /* ---- fs_inode.c: open files ---- */
 /* Find or load the inode for path (a new reference).  -ENOENT ... */
 int fs_inode_get(struct fs_ctx *fs, const char *path, struct fs_inode **out);
+/* The inode of path (*out, also on error once found: put it), which must
+ * not be a directory (else dir_err), and a new batch (*b) for changing it. */
+int fs_inode_get_file(struct fs_ctx *fs, const char *path, int dir_err, struct fs_inode **out,
+		      struct fs_kv_batch **b);
 /* Find the open inode with this ino (a new reference) or NULL. */
 struct fs_inode *fs_inode_find(struct fs_ctx *fs, uint64_t ino);
 /* Insert a freshly created record as an inode (a new reference). */

@@ -118,6 +118,18 @@ size_t fs_key_hidden(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino)
 	return FS_INTENT_KEY_LEN;
 }
 
+size_t fs_key_shared(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino)
+{
+	out[0] = FS_SHARED_PREFIX;
+	put_be64(out + 1, ino);
+	return FS_INTENT_KEY_LEN;
+}
+
+bool fs_key_is_shared(const uint8_t *k, size_t klen)
+{
+	return klen == FS_INTENT_KEY_LEN && k[0] == FS_SHARED_PREFIX;
+}
+
 bool fs_key_is_hidden_name(const uint8_t *k, size_t klen)
 {
 	size_t n = sizeof(FS_HIDDEN_NAME) - 1, i = klen;

@@ -35,6 +35,7 @@
 #define FS_INTENT_PREFIX 'I'
 #define FS_SUPER_PREFIX  'S'
 #define FS_HIDDEN_PREFIX 'H'
+#define FS_SHARED_PREFIX 'L' /* the shared record of a hard-linked file */
 #define FS_HIDDEN_NAME   ".fuse_hidden"
 #define FS_SEP           0x00
 
@@ -81,6 +82,9 @@ size_t fs_key_chunk(uint8_t out[FS_CHUNK_KEY_LEN], uint64_t data_id, uint64_t id
 size_t fs_key_intent(uint8_t out[FS_INTENT_KEY_LEN], uint64_t data_id);
 /* 'H' be64(ino): same length as an intent key. */
 size_t fs_key_hidden(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino);
+/* 'L' be64(ino): the shared record of a hard-linked file. */
+size_t fs_key_shared(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino);
+bool fs_key_is_shared(const uint8_t *k, size_t klen);
 /* Is the last component of namespace key k a libfuse hidden name? */
 bool fs_key_is_hidden_name(const uint8_t *k, size_t klen);
 /* Parse a chunk key; false if it is not one. */

@@ -338,7 +338,14 @@ static int op_symlink(const char *target, const char *path)
 
 static int op_link(const char *from, const char *to)
 {
-	return -EPERM; /* no hard links: a name is a key (docs/fs.md) */
+	if (special(from) || special(to))
+		return -EPERM;
+	int rc = fs_link(FS(), from, to);
+	/* libfuse gives each name its own node: the kernel still has the
+	 * source name's old link count and ctime cached */
+	if (!rc)
+		fuse_invalidate_path(fuse_get_context()->fuse, from);
+	return ret(FS(), rc);
 }
 
 static int op_readlink(const char *path, char *buf, size_t size)
@@ -381,38 +388,44 @@ static int op_unlink(const char *path)
 		rc = -EROFS;
 		goto out;
 	}
-	rc = fs_inode_get(fs, path, &ino);
+	rc = fs_inode_get_file(fs, path, -EISDIR, &ino, &b);
 	if (rc)
 		goto out;
-	if (S_ISDIR(ino->rec.mode)) {
-		rc = -EISDIR;
-		goto out;
-	}
-	b = fs_kv_batch_create(fs->kv);
-	if (!b) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	pthread_mutex_lock(&ino->mu);
 	pthread_rwlock_rdlock(&fs->ns_lock);
-	memcpy(k->b, ino->key, ino->klen);
-	k->len = ino->klen;
-	rc = fs_kv_batch_delete(b, k->b, k->len);
+	bool shared = fs_key_is_shared(ino->key, ino->klen), last = true;
+	struct fs_rec srec = FS_REC_INIT;
+	if (shared) { /* a hard link: the name goes, the file only with its last one */
+		rc = fs_key_from_path(k, path);
+		if (!rc)
+			rc = fs_shared_get(fs, ino->ino, &srec);
+		if (!rc)
+			rc = fs_batch_drop_link(fs, b, &srec, &last);
+	} else {
+		memcpy(k->b, ino->key, ino->klen);
+		k->len = ino->klen;
+	}
+	if (!rc)
+		rc = fs_kv_batch_delete(b, k->b, k->len);
 	if (!rc && fs_key_is_hidden_name(k->b, k->len)) {
 		uint8_t hk[FS_INTENT_KEY_LEN];
 		fs_key_hidden(hk, ino->ino);
 		rc = fs_kv_batch_delete(b, hk, sizeof(hk));
 	}
-	if (!rc && ino->committed_data_id) /* its chunks go once nobody reads them */
+	if (!rc && !shared && ino->committed_data_id) /* its chunks go once nobody reads them */
 		rc = fs_batch_put_intent(b, ino->committed_data_id, 0);
 	if (!rc)
 		rc = fs_touch_parent(fs, b, k, NULL);
 	if (!rc)
 		rc = fs_kv_write(fs->kv, b, false);
-	if (!rc) {
+	if (!rc && last) {
 		atomic_store(&ino->unlinked, true);
 		ino->dirty = false;
+	} else if (!rc) {
+		ino->rec.nlink = srec.nlink;
+		ino->rec.ctime = srec.ctime;
 	}
+	fs_rec_release(&srec);
 	pthread_rwlock_unlock(&fs->ns_lock);
 	pthread_mutex_unlock(&ino->mu);
 	FS_COUNT(fs, unlinks, 1);
@@ -558,7 +571,11 @@ static int move_side(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_k
 		rc = fs_kv_batch_delete(b, from->b, from->len);
 	if (!rc && (what & MOVE_PUT)) {
 		rec->ctime = fs_now_ns();
-		rc = fs_batch_put_rec(b, to->b, to->len, rec);
+		rc = fs_batch_put_name(b, to->b, to->len, rec);
+		if (!rc && (rec->flags & FS_REC_SHARED)) { /* the file's ctime */
+			uint8_t lk[FS_INTENT_KEY_LEN];
+			rc = fs_batch_put_rec(b, lk, fs_key_shared(lk, rec->ino), rec);
+		}
 		(*moved)++;
 	}
 	return rc;
@@ -633,6 +650,8 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		goto out_unlock;
 	rc = 0;
 	bool fdir = S_ISDIR(rf.mode);
+	if (exists && !fdir && rf.ino == rt.ino)
+		goto out_unlock; /* two names of one file: POSIX says do nothing */
 	if (flags & RENAME_EXCHANGE) {
 		/* both names stay, their contents swap: one batch, deletes first */
 		if (!exists)
@@ -681,7 +700,14 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		fs_key_hidden(hk, rf.ino);
 		rc = fs_kv_batch_put(b, hk, sizeof(hk), kt->b, kt->len);
 	}
-	if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
+	bool gone = exists; /* the file the target name had goes with it */
+	if (!rc && exists && (rt.flags & FS_REC_SHARED)) {
+		rc = fs_batch_drop_link(fs, b, &rt, &gone);
+		if (!rc && gone && (rt.flags & FS_REC_CHUNKED)) {
+			reclaim_id = rt.data_id;
+			reclaim_upto = rt.size;
+		}
+	} else if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
 		rc = fs_batch_put_intent(b, rt.data_id, 0);
 		reclaim_id = rt.data_id;
 		reclaim_upto = rt.size;
@@ -689,7 +715,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 	if (!rc)
 		rc = stamp_parents_and_write(fs, b, kf, kt);
 	if (!rc) {
-		if (exists) {
+		if (gone) {
 			struct fs_inode *ino = fs_inode_find(fs, rt.ino);
 			if (ino) { /* replaced while open: its data goes at the last close */
 				atomic_store(&ino->unlinked, true);
@@ -1266,6 +1292,10 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 		if (kind == 1) {
 			const void *v = fs_kv_iter_value(dh->it, &vl);
 			rc = fs_rec_decode(v, vl, &rec);
+		} else if (kind == 0 && !rc && (rec.flags & FS_REC_LINK)) {
+			uint64_t ino = rec.ino; /* a hard link: the file's record */
+			fs_rec_release(&rec);
+			rc = fs_shared_get(fs, ino, &rec);
 		} else if (kind == 2) {
 			fs_rec_implicit_dir(fs, key, plen + nl, &rec);
 			materialize_dir(fs, key, plen + nl, &rec);

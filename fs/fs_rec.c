@@ -66,11 +66,20 @@ int fs_rec_copy(struct fs_rec *dst, const struct fs_rec *src)
 	return 0;
 }
 
+void fs_rec_link_of(const struct fs_rec *shared, struct fs_rec *link)
+{
+	memset(link, 0, sizeof(*link));
+	link->flags = FS_REC_LINK;
+	link->mode = shared->mode;
+	link->ino = shared->ino;
+}
+
 int fs_rec_encode(const struct fs_rec *r, uint8_t **out, size_t *len)
 {
 	if (r->xattr_len > FS_XATTR_MAX || r->payload_len > FS_INLINE_MAX + FS_SYMLINK_MAX)
 		return -EFBIG;
-	size_t n = FS_REC_HDR + r->xattr_len + r->payload_len + 4;
+	size_t tail = (r->flags & FS_REC_SHARED) ? 8 : 4; /* [nlink] crc */
+	size_t n = FS_REC_HDR + r->xattr_len + r->payload_len + tail;
 	uint8_t *b = malloc(n);
 	if (!b)
 		return -ENOMEM;
@@ -93,6 +102,8 @@ int fs_rec_encode(const struct fs_rec *r, uint8_t **out, size_t *len)
 		memcpy(b + FS_REC_HDR, r->xattr, r->xattr_len);
 	if (r->payload_len)
 		memcpy(b + FS_REC_HDR + r->xattr_len, r->payload, r->payload_len);
+	if (r->flags & FS_REC_SHARED)
+		put_u32(b + n - 8, r->nlink);
 	put_u32(b + n - 4, crc32c(b, n - 4));
 	*out = b;
 	*len = n;
@@ -122,8 +133,10 @@ int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
 	if (len < FS_REC_HDR + 4 || b[0] != FS_REC_VERSION)
 		return -EBADMSG;
 	uint32_t xl = get_u32(b + 72), pl = get_u32(b + 76);
+	uint16_t flags = get_u16(b + 2);
+	size_t tail = (flags & FS_REC_SHARED) ? 8 : 4;
 	if (xl > FS_XATTR_MAX || pl > FS_INLINE_MAX + FS_SYMLINK_MAX ||
-	    (size_t)FS_REC_HDR + xl + pl + 4 != len)
+	    (size_t)FS_REC_HDR + xl + pl + tail != len || (flags & FS_REC_LINK && flags & FS_REC_SHARED))
 		return -EBADMSG;
 	if (!crc_ok(get_u32(b + len - 4), crc32c(b, len - 4)))
 		return -EBADMSG;
@@ -140,6 +153,11 @@ int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
 	r->ctime = (int64_t)get_u64(b + 48);
 	r->rdev = get_u64(b + 56);
 	r->data_id = get_u64(b + 64);
+	if (flags & FS_REC_SHARED) {
+		r->nlink = get_u32(b + len - 8);
+		if (r->nlink == 0)
+			return -EBADMSG;
+	}
 	if (!(r->flags & FS_REC_CHUNKED) && r->size != pl &&
 	    (r->mode & 0170000) == 0100000)
 		return -EBADMSG; /* inline regular file: size is the payload */

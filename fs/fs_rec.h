@@ -21,6 +21,11 @@
 #define FS_REC_VERSION   1
 #define FS_REC_HDR       80
 #define FS_REC_CHUNKED   0x0001u /* data in chunks under data_id, not inline */
+/* A name of a hard-linked file: only mode and ino are set; the file's record
+ * is the shared one under the L key of ino. */
+#define FS_REC_LINK      0x0002u
+/* The shared record of a hard-linked file (L key): ends with u32 nlink. */
+#define FS_REC_SHARED    0x0004u
 #define FS_XATTR_MAX     (64u << 10) /* bytes of the whole xattr blob */
 #define FS_XATTR_NAME_MAX 255
 #define FS_SYMLINK_MAX   4095
@@ -38,6 +43,7 @@ struct fs_rec {
 	size_t xattr_len;
 	uint8_t *payload;  /* owned: inline data or symlink target */
 	size_t payload_len;
+	uint32_t nlink;    /* FS_REC_SHARED: names that point at it */
 };
 #define FS_REC_INIT { 0 }
 
@@ -51,6 +57,8 @@ int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r);
 int fs_rec_copy(struct fs_rec *dst, const struct fs_rec *src);
 /* Replace the payload with a copy of p (len bytes); -ENOMEM. */
 int fs_rec_set_payload(struct fs_rec *r, const void *p, size_t len);
+/* The name record (FS_REC_LINK) of a shared record: type, mode, ino. */
+void fs_rec_link_of(const struct fs_rec *shared, struct fs_rec *link);
 /* Free owned buffers; safe twice. */
 void fs_rec_release(struct fs_rec *r);
 

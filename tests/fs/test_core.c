@@ -146,3 +146,76 @@ Test(core, corrupt_record_is_eio)
 	fs_destroy(fs);
 	fs_kv_destroy(kv);
 }
+
+/* link: both names find one record (the shared one), with the link count;
+ * the names hold name records; dropping the names one by one removes the
+ * shared record with the last. */
+Test(core, hard_links_share_one_record)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, false);
+	struct fs_rec a, b, raw;
+	struct fs_key k;
+	void *v;
+	size_t vl;
+
+	put_rec(kv, "/a", false, S_IFREG | 0644);
+	cr_assert_eq(fs_link(fs, "/a", "/b"), 0);
+	cr_assert_eq(fs_link(fs, "/a", "/b"), -EEXIST);
+	cr_assert_eq(fs_link(fs, "/b", "/c"), 0);
+	cr_assert_eq(lookup(fs, "/a", &a, false), 0);
+	cr_assert_eq(lookup(fs, "/c", &b, false), 0);
+	cr_assert_eq(a.ino, b.ino);
+	cr_assert_eq(a.nlink, 3);
+	cr_assert(a.flags & FS_REC_SHARED);
+	cr_assert_eq(fs_key_from_path(&k, "/a"), 0);
+	cr_assert_eq(fs_kv_get(kv, k.b, k.len, &v, &vl), 0);
+	cr_assert_eq(fs_rec_decode(v, vl, &raw), 0);
+	cr_assert_eq(raw.flags, FS_REC_LINK, "the first name must become a name record");
+	cr_assert_eq(raw.ino, a.ino);
+	free(v);
+	fs_rec_release(&raw);
+	/* drop two names: count 1, the record still there; drop the last: gone */
+	uint8_t lk[FS_INTENT_KEY_LEN];
+	size_t lkl = fs_key_shared(lk, a.ino);
+	for (int i = 0; i < 3; i++) {
+		struct fs_rec s;
+		bool last;
+		struct fs_kv_batch *bt = fs_kv_batch_create(kv);
+		cr_assert_eq(fs_shared_get(fs, a.ino, &s), 0);
+		cr_assert_eq(s.nlink, 3 - (uint32_t)i);
+		cr_assert_eq(fs_batch_drop_link(fs, bt, &s, &last), 0);
+		cr_assert_eq(last, i == 2);
+		cr_assert_eq(fs_kv_write(kv, bt, false), 0);
+		fs_kv_batch_destroy(bt);
+		fs_rec_release(&s);
+	}
+	cr_assert_eq(fs_kv_get(kv, lk, lkl, &v, &vl), -ENOENT);
+	fs_rec_release(&a);
+	fs_rec_release(&b);
+	fs_drop(fs);
+	fs_kv_destroy(kv);
+}
+
+/* A name record whose shared record is missing is EIO, not a crash or an
+ * empty file. */
+Test(core, dangling_link_is_eio)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, false);
+	struct fs_rec r = FS_REC_INIT, l;
+	struct fs_key k;
+	uint8_t *buf;
+	size_t len;
+
+	r.mode = S_IFREG | 0644;
+	r.ino = 777;
+	fs_rec_link_of(&r, &l);
+	cr_assert_eq(fs_rec_encode(&l, &buf, &len), 0);
+	cr_assert_eq(fs_key_from_path(&k, "/x"), 0);
+	raw_put(kv, k.b, k.len, buf, len);
+	free(buf);
+	cr_assert_eq(lookup(fs, "/x", &r, false), -EIO);
+	fs_drop(fs);
+	fs_kv_destroy(kv);
+}

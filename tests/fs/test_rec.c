@@ -131,3 +131,49 @@ Test(rec, superblock)
 	cr_assert_eq(fs_super_decode(b, sizeof(b), &d), -EBADMSG);
 	cr_assert_eq(fs_super_decode(b, sizeof(b) - 1, &d), -EBADMSG);
 }
+
+/* A hard-linked file's shared record keeps its link count; a name record
+ * keeps type, mode and inode number only; nonsense combinations are
+ * refused. */
+Test(rec, shared_and_link_records)
+{
+	struct fs_rec r, d, l;
+	uint8_t *buf;
+	size_t len;
+	sample(&r);
+	r.flags = FS_REC_SHARED;
+	r.nlink = 70000;
+	cr_assert_eq(fs_rec_encode(&r, &buf, &len), 0);
+	cr_assert_eq(fs_rec_decode(buf, len, &d), 0);
+	cr_assert_eq(d.nlink, 70000);
+	cr_assert_eq(d.flags, FS_REC_SHARED);
+	cr_assert_eq(d.payload_len, 5);
+	for (size_t i = 0; i < len; i++) { /* the count is under the checksum */
+		buf[i] ^= 0x10;
+		struct fs_rec x;
+		cr_assert_neq(fs_rec_decode(buf, len, &x), 0, "flip at byte %zu accepted", i);
+		buf[i] ^= 0x10;
+	}
+	free(buf);
+	fs_rec_release(&d);
+	fs_rec_link_of(&r, &l);
+	cr_assert_eq(fs_rec_encode(&l, &buf, &len), 0);
+	cr_assert_eq(fs_rec_decode(buf, len, &d), 0);
+	cr_assert_eq(d.flags, FS_REC_LINK);
+	cr_assert_eq(d.mode, r.mode);
+	cr_assert_eq(d.ino, r.ino);
+	cr_assert_eq(d.size, 0);
+	cr_assert_eq(d.xattr_len, 0);
+	free(buf);
+	fs_rec_release(&d);
+	r.nlink = 0; /* a shared record nobody names is not one */
+	cr_assert_eq(fs_rec_encode(&r, &buf, &len), 0);
+	cr_assert_eq(fs_rec_decode(buf, len, &d), -EBADMSG);
+	free(buf);
+	r.nlink = 2;
+	r.flags = FS_REC_SHARED | FS_REC_LINK;
+	cr_assert_eq(fs_rec_encode(&r, &buf, &len), 0);
+	cr_assert_eq(fs_rec_decode(buf, len, &d), -EBADMSG);
+	free(buf);
+	fs_rec_release(&r);
+}

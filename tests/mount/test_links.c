@@ -1,0 +1,207 @@
+/* tests/mount/test_links.c — hard links with real tools: ln, cp -al, rsync
+ * -aH, git clone of a local repository; link counts, contents and
+ * metadata through every name, unlink of either name, rename, remount,
+ * kill -9, and the data going away with the last name only. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers/mount_fixture.h"
+
+TestSuite(links, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
+
+/* link counts through names not involved in a change are cached by the
+ * kernel for attr_timeout (each name is its own FUSE node): 0 here */
+#define EXACT "attr_timeout=0,entry_timeout=0"
+
+static long num(const char *fmt, const char *path)
+{
+	char out[64];
+	sh_out(out, sizeof(out), "stat -c '%s' '%s/%s'", fmt, MNT, path);
+	return atol(out);
+}
+
+static long stat_counter(const char *name)
+{
+	char out[96];
+	sh_out(out, sizeof(out), "grep '^%s:' %s/.dkvfs/stats | cut -d' ' -f2", name, MNT);
+	return atol(out);
+}
+
+/* Wait (up to 5 s) for fs_reclaimed_chunks to reach at least want. */
+static long wait_reclaimed(long want)
+{
+	long r = 0;
+	for (int i = 0; i < 50 && (r = stat_counter("fs_reclaimed_chunks")) < want; i++)
+		usleep(100 * 1000);
+	return r;
+}
+
+Test(links, ln_counts_contents_and_every_name)
+{
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(sh("cd %s && mkdir d && echo one > a && ln a b && ln b d/c", MNT), 0);
+	cr_assert_eq(num("%h", "a"), 3);
+	cr_assert_eq(num("%h", "b"), 3);
+	cr_assert_eq(num("%h", "d/c"), 3);
+	cr_assert_eq(num("%i", "a"), num("%i", "d/c"));
+	/* one file: data and metadata through any name */
+	cr_assert_eq(sh("cd %s && echo two >> d/c && chmod 600 b && "
+			"test \"$(cat a)\" = \"$(printf 'one\\ntwo')\" && test $(stat -c %%a a) = 600",
+			MNT), 0);
+	char before[64], after[64];
+	sh_out(before, sizeof(before), "stat -c %%z %s/a", MNT);
+	usleep(20 * 1000);
+	cr_assert_eq(sh("ln %s/a %s/e", MNT, MNT), 0);
+	sh_out(after, sizeof(after), "stat -c %%z %s/a", MNT);
+	cr_assert_str_neq(before, after, "link() did not change ctime");
+	/* errors */
+	cr_assert_neq(sh("ln %s/d %s/dlink 2>/dev/null", MNT, MNT), 0, "a directory was linked");
+	cr_assert_neq(sh("ln %s/a %s/b 2>/dev/null", MNT, MNT), 0, "linked over a name");
+	cr_assert_neq(sh("ln %s/nothing %s/x 2>/dev/null", MNT, MNT), 0);
+	/* unlink of either name keeps the others */
+	cr_assert_eq(sh("rm %s/a && test \"$(cat %s/b)\" = \"$(printf 'one\\ntwo')\"", MNT, MNT), 0);
+	cr_assert_eq(num("%h", "b"), 3);
+	/* rename of one name onto another name of the same file: nothing
+	 * happens (POSIX); over another file: that file goes, the name stays */
+	char pe[PATH_MAX + 16], pb[PATH_MAX + 16];
+	snprintf(pe, sizeof(pe), "%s/e", MNT);
+	snprintf(pb, sizeof(pb), "%s/b", MNT);
+	cr_assert_eq(rename(pe, pb), 0); /* mv refuses: "the same file" */
+	cr_assert_eq(sh("test -e %s/e && test -e %s/b", MNT, MNT), 0);
+	cr_assert_eq(num("%h", "b"), 3);
+	cr_assert_eq(sh("echo other > %s/o && mv %s/o %s/e && test \"$(cat %s/e)\" = other", MNT,
+			MNT, MNT, MNT), 0);
+	cr_assert_eq(num("%h", "b"), 2);
+	cr_assert_eq(num("%h", "e"), 1);
+	cr_assert_eq(sh("mv %s/d/c %s/c2 && test \"$(cat %s/c2)\" = \"$(printf 'one\\ntwo')\"", MNT,
+			MNT, MNT), 0);
+	cr_assert_eq(num("%h", "c2"), 2);
+	/* a listing shows the count and the number */
+	cr_assert_eq(sh("ls -li %s | grep -q ' 2 root root .* b$'", MNT), 0);
+	/* remount: all of it is stored */
+	down();
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(num("%h", "b"), 2);
+	cr_assert_eq(num("%h", "c2"), 2);
+	cr_assert_eq(num("%i", "b"), num("%i", "c2"));
+	cr_assert_eq(sh("test \"$(cat %s/c2)\" = \"$(printf 'one\\ntwo')\" && test $(stat -c %%a "
+			"%s/b) = 600",
+			MNT, MNT), 0);
+	down();
+}
+
+/* The data of a linked file goes with its last name, not before. */
+Test(links, data_goes_with_the_last_name)
+{
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(sh("head -c 5000000 /dev/urandom > %s/big && md5sum < %s/big > %s/md5 && "
+			"ln %s/big %s/big2 && ln %s/big %s/big3",
+			MNT, MNT, T, MNT, MNT, MNT, MNT), 0);
+	long r0 = stat_counter("fs_reclaimed_chunks");
+	cr_assert_eq(sh("rm %s/big %s/big3", MNT, MNT), 0);
+	cr_assert_eq(sh("test \"$(md5sum < %s/big2)\" = \"$(cat %s/md5)\"", MNT, T), 0);
+	cr_assert_eq(stat_counter("fs_reclaimed_chunks"), r0, "chunks reclaimed with names left");
+	cr_assert_eq(num("%h", "big2"), 1);
+	/* while open, the last name goes: readable until closed, then freed */
+	cr_assert_eq(sh("exec 3<%s/big2 && rm %s/big2 && test \"$(md5sum <&3)\" = \"$(cat %s/md5)\"",
+			MNT, MNT, T), 0);
+	long r1 = wait_reclaimed(r0 + 19);
+	cr_assert_geq(r1, r0 + 19, "the 5 MB file's chunks were not reclaimed (%ld -> %ld)", r0, r1);
+	cr_assert_neq(sh("ls -A %s | grep -q fuse_hidden", MNT), 0, "a hidden name is left");
+	down();
+}
+
+Test(links, cp_al_and_rsync_aH_keep_links)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("cd %s && mkdir -p src/x src/y && for i in $(seq 1 20); do "
+			"head -c $((i * 3000)) /dev/urandom > src/x/f$i; done && "
+			"ln src/x/f1 src/y/g1 && ln src/x/f2 src/y/g2 && ln src/x/f2 src/g2b",
+			MNT), 0);
+	/* cp -al: a tree of links, every file shared with the source */
+	cr_assert_eq(sh("cd %s && cp -al src snap", MNT), 0);
+	cr_assert_eq(sh("cd %s && for f in $(cd src && find . -type f); do "
+			"test $(stat -c %%i src/$f) = $(stat -c %%i snap/$f) || exit 1; done", MNT), 0);
+	cr_assert_eq(sh("cd %s && diff -r src snap", MNT), 0);
+	sleep(2); /* the kernel's cached counts of the source names expire */
+	cr_assert_eq(num("%h", "src/x/f5"), 2);
+	cr_assert_eq(num("%h", "src/x/f2"), 6);
+	/* rsync -aH: the links inside the tree are links in the copy */
+	cr_assert_eq(sh("cd %s && rsync -aH src/ dst/ && diff -r src dst", MNT), 0);
+	cr_assert_eq(num("%i", "dst/x/f2"), num("%i", "dst/y/g2"));
+	cr_assert_eq(num("%i", "dst/x/f2"), num("%i", "dst/g2b"));
+	cr_assert_eq(num("%i", "dst/x/f1"), num("%i", "dst/y/g1"));
+	cr_assert_neq(num("%i", "dst/x/f1"), num("%i", "src/x/f1"));
+	cr_assert_eq(num("%h", "dst/x/f2"), 3);
+	cr_assert_eq(num("%h", "dst/x/f3"), 1);
+	/* unlink the source tree: the snapshot and the copy are whole */
+	cr_assert_eq(sh("cd %s && md5sum snap/x/* > %s/snap.md5 && rm -r src", MNT, T), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("cd %s && md5sum -c --quiet %s/snap.md5 && diff -r snap dst", MNT, T), 0);
+	cr_assert_eq(num("%h", "snap/x/f2"), 3);
+	cr_assert_eq(num("%h", "dst/x/f2"), 3);
+	down();
+}
+
+/* git clone of a local repository links its objects (git's own check). */
+Test(links, git_clone_of_a_local_repository)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("cd %s && git init -q repo && cd repo && for i in 1 2 3; do "
+			"echo $i > f$i; head -c 100000 /dev/urandom > b$i; done && git add . && "
+			"git -c user.name=t -c user.email=t@t commit -qm one && git gc -q",
+			MNT), 0);
+	cr_assert_eq(sh("cd %s && git clone -q repo clone 2>&1", MNT), 0);
+	cr_assert_eq(sh("cd %s/clone && test $(find .git/objects -type f -links +1 | wc -l) -ge 1",
+			MNT), 0, "git did not hard-link the objects");
+	cr_assert_eq(sh("cd %s && rm -rf repo && cd clone && git fsck --strict --no-progress 2>&1 && "
+			"test \"$(cat f2)\" = 2",
+			MNT), 0);
+	down();
+}
+
+/* kill -9 after the links are synced: after the remount they are there,
+ * with their counts. */
+Test(links, links_survive_kill_9)
+{
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(sh("cd %s && echo keep > a && ln a b && ln a c && rm a && sync", MNT), 0);
+	pid_t d = daemon_pid();
+	cr_assert_gt(d, 0);
+	kill(d, SIGKILL);
+	sh("fusermount3 -u -z %s 2>/dev/null; timeout 30 flock %s/data/lock true", MNT, T);
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(sh("test \"$(cat %s/b)\" = keep && test \"$(cat %s/c)\" = keep && test ! -e "
+			"%s/a",
+			MNT, MNT, MNT), 0);
+	cr_assert_eq(num("%h", "b"), 2);
+	down();
+}
+
+/* A name replaced by rename while the file is open through another name:
+ * the open file's next commit must not write back the old link count (the
+ * data would then outlive its last name). */
+Test(links, an_open_file_keeps_the_stored_count)
+{
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(sh("cd %s && head -c 600000 /dev/urandom > a && ln a b && ln a c && "
+			"exec 3>>a && echo other > o && mv o c && head -c 300000 /dev/urandom >&3 && "
+			"exec 3>&-",
+			MNT), 0);
+	cr_assert_eq(num("%h", "b"), 2);
+	cr_assert_eq(num("%s", "b"), 900000);
+	down();
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(num("%h", "a"), 2);
+	long r0 = stat_counter("fs_reclaimed_chunks");
+	cr_assert_eq(sh("rm %s/a %s/b", MNT, MNT), 0);
+	long r1 = wait_reclaimed(r0 + 3);
+	cr_assert_geq(r1, r0 + 3, "the file's chunks outlived its last name (%ld -> %ld)", r0, r1);
+	down();
+}
