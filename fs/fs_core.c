@@ -224,8 +224,42 @@ void fs_rec_implicit_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen, str
 	rec->ino = ((uint64_t)crc32c(key, klen) << 20) | (1ull << 62) | (klen & 0xfffff);
 }
 
+/* Subdirectories of the directory whose marker is pk, as stored: one seek
+ * per child (a child's subtree is skipped). */
+static int count_subdirs(struct fs_ctx *fs, const struct fs_key *pk, uint64_t *n)
+{
+	uint8_t *lo = malloc(2 * (size_t)FS_KEY_MAX), *hi;
+	struct fs_kv_iter *it = NULL;
+	int rc;
+
+	if (!lo)
+		return -ENOMEM;
+	hi = lo + FS_KEY_MAX;
+	memcpy(hi, pk->b, pk->len);
+	hi[pk->len - 1] = 0x01;
+	*n = 0;
+	rc = fs_kv_iter_create(fs->kv, pk->b, pk->len, hi, pk->len, &it);
+	for (rc = rc ? rc : fs_kv_iter_seek(it, pk->b, pk->len); rc == 0;) {
+		size_t kl, nl;
+		const uint8_t *key = fs_kv_iter_key(it, &kl), *name;
+		int kind;
+		if (!fs_key_child(key, kl, pk->len, &name, &nl, &kind) || kind == 0) {
+			rc = fs_kv_iter_next(it);
+			continue;
+		}
+		(*n)++;
+		memcpy(lo, pk->b, pk->len);
+		memcpy(lo + pk->len, name, nl);
+		lo[pk->len + nl] = 0x01;
+		rc = fs_kv_iter_seek(it, lo, pk->len + nl + 1);
+	}
+	fs_kv_iter_destroy(it);
+	free(lo);
+	return rc < 0 ? rc : 0;
+}
+
 int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *k,
-		    struct fs_rec *parent)
+		    struct fs_rec *parent, int subdirs)
 {
 	struct fs_key pk;
 	size_t i = k->len;
@@ -249,8 +283,19 @@ int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_ke
 	free(v);
 	if (rc)
 		return rc;
+	if (!(rec.flags & FS_REC_SUBDIRS)) {
+		/* made before directories counted their subdirectories (or by
+		 * the raw key API): count them once, as stored */
+		rc = count_subdirs(fs, &pk, &rec.size);
+		rec.flags |= FS_REC_SUBDIRS;
+	}
+	if (subdirs < 0 && rec.size < (uint64_t)-subdirs)
+		rec.size = 0;
+	else
+		rec.size += (uint64_t)(int64_t)subdirs;
 	rec.mtime = rec.ctime = fs_now_ns();
-	rc = fs_batch_put_rec(b, pk.b, pk.len, &rec);
+	if (!rc)
+		rc = fs_batch_put_rec(b, pk.b, pk.len, &rec);
 	if (!rc && parent)
 		*parent = rec;
 	else
@@ -341,13 +386,15 @@ void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st)
 	memset(st, 0, sizeof(*st));
 	st->st_ino = rec->ino;
 	st->st_mode = rec->mode;
-	st->st_nlink = S_ISDIR(rec->mode) ? 2 : rec->nlink ? rec->nlink : 1;
+	bool dir = S_ISDIR(rec->mode);
+	st->st_nlink = dir ? 2 + ((rec->flags & FS_REC_SUBDIRS) ? (nlink_t)rec->size : 0)
+			   : rec->nlink ? rec->nlink : 1;
 	st->st_uid = rec->uid;
 	st->st_gid = rec->gid;
 	st->st_rdev = rec->rdev;
-	st->st_size = (off_t)rec->size;
+	st->st_size = dir ? 0 : (off_t)rec->size;
 	st->st_blksize = S_ISREG(rec->mode) && (rec->flags & FS_REC_CHUNKED) ? FS_CHUNK_SIZE : 4096;
-	st->st_blocks = (blkcnt_t)((rec->size + 511) / 512);
+	st->st_blocks = dir ? 0 : (blkcnt_t)((rec->size + 511) / 512);
 	st->st_atim.tv_sec = rec->atime / 1000000000;
 	st->st_atim.tv_nsec = rec->atime % 1000000000;
 	st->st_mtim.tv_sec = rec->mtime / 1000000000;
@@ -380,6 +427,7 @@ static int load_or_make(struct fs_ctx *fs)
 			return -ENOMEM;
 		fs_rec_init_new(&root, S_IFDIR | 0755, fs->opts.root_uid, fs->opts.root_gid,
 				FS_ROOT_INO);
+		root.flags |= FS_REC_SUBDIRS; /* none yet */
 		rc = put_super(fs, FS_FIRST_ID + FS_ID_BLOCK, b);
 		if (!rc)
 			rc = fs_batch_put_rec(b, rk, sizeof(rk), &root);

@@ -136,10 +136,12 @@ int fs_batch_put_rec(struct fs_kv_batch *b, const uint8_t *key, size_t klen, con
 int fs_batch_put_intent(struct fs_kv_batch *b, uint64_t data_id, uint64_t from);
 /* The record of a directory that exists only because keys lie below it. */
 void fs_rec_implicit_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec *rec);
-/* Add "parent of k: mtime = ctime = now" to b (no-op for implicit parents).
- * *parent (optional) receives the parent record (caller releases). */
+/* Add "parent of k: mtime = ctime = now, subdirectories += subdirs" to b
+ * (no-op for implicit parents; a parent that has no count yet is counted
+ * first, as stored).  *parent (optional) receives the parent record (caller
+ * releases). */
 int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *k,
-		    struct fs_rec *parent);
+		    struct fs_rec *parent, int subdirs);
 /* Delete every chunk of data_id at or after byte offset from (trimming the
  * chunk that holds from), then the intent key.  Crash safe: the intent stays
  * until the chunks are gone.  upto: no chunk lies at or beyond this offset

@@ -118,7 +118,7 @@ int fs_link(struct fs_ctx *fs, const char *from, const char *to)
 	if (!rc && !shared && !nk)
 		rc = -ENOMEM;
 	if (!rc)
-		rc = fs_touch_parent(fs, b, kt, NULL);
+		rc = fs_touch_parent(fs, b, kt, NULL, 0);
 	if (!rc)
 		rc = fs_kv_write(fs->kv, b, false);
 	if (rc) {

@@ -273,7 +273,7 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 	rc = fs_alloc_id(fs, &id);
 	if (rc)
 		goto out_unlock;
-	rc = fs_touch_parent(fs, b, k, &parent);
+	rc = fs_touch_parent(fs, b, k, &parent, S_ISDIR(mode) ? 1 : 0);
 	if (rc)
 		goto out_unlock;
 	if (parent.mode & S_ISGID) { /* BSD group semantics under a setgid dir */
@@ -283,6 +283,8 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 	}
 	fs_rec_init_new(&rec, mode, uid, gid, id);
 	rec.rdev = rdev;
+	if (S_ISDIR(mode))
+		rec.flags |= FS_REC_SUBDIRS; /* none yet */
 	if (target) {
 		size_t tl = strlen(target);
 		if (tl > FS_SYMLINK_MAX) {
@@ -415,7 +417,7 @@ static int op_unlink(const char *path)
 	if (!rc && !shared && ino->committed_data_id) /* its chunks go once nobody reads them */
 		rc = fs_batch_put_intent(b, ino->committed_data_id, 0);
 	if (!rc)
-		rc = fs_touch_parent(fs, b, k, NULL);
+		rc = fs_touch_parent(fs, b, k, NULL, 0);
 	if (!rc)
 		rc = fs_kv_write(fs->kv, b, false);
 	if (!rc && last) {
@@ -492,7 +494,7 @@ static int op_rmdir(const char *path)
 	if (!rc)
 		rc = fs_kv_batch_delete(b, k[1].b, k[1].len);
 	if (!rc)
-		rc = fs_touch_parent(fs, b, k, NULL);
+		rc = fs_touch_parent(fs, b, k, NULL, -1);
 	if (!rc)
 		rc = fs_kv_write(fs->kv, b, false);
 	if (!rc) {
@@ -581,13 +583,25 @@ static int move_side(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_k
 	return rc;
 }
 
-/* Stamp both parents of a rename and write its batch. */
-static int stamp_parents_and_write(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *kf,
-				   const struct fs_key *kt)
+/* The parent directory's key length of k ("N\0a\0b" -> 4: "N\0a\0"). */
+static size_t parent_len(const struct fs_key *k)
 {
-	int rc = fs_touch_parent(fs, b, kf, NULL);
-	if (!rc)
-		rc = fs_touch_parent(fs, b, kt, NULL);
+	size_t i = k->len;
+	while (i > 1 && k->b[i - 1] != FS_SEP)
+		i--;
+	return i;
+}
+
+/* Stamp both parents of a rename (their subdirectory counts change by df and
+ * dt) and write its batch.  One parent: stamped once, with both changes. */
+static int stamp_parents_and_write(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *kf,
+				   int df, const struct fs_key *kt, int dt)
+{
+	size_t pf = parent_len(kf), pt = parent_len(kt);
+	bool same = pf == pt && !memcmp(kf->b, kt->b, pf);
+	int rc = fs_touch_parent(fs, b, kf, NULL, same ? df + dt : df);
+	if (!rc && !same)
+		rc = fs_touch_parent(fs, b, kt, NULL, dt);
 	if (!rc)
 		rc = fs_kv_write(fs->kv, b, false);
 	return rc;
@@ -665,8 +679,10 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 			rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT, &moved);
 		if (!rc)
 			rc = move_side(fs, b, kt, &rt, kf, MOVE_PUT, &moved);
+		/* each parent loses one type and gains the other */
+		int d = (int)S_ISDIR(rt.mode) - (int)fdir;
 		if (!rc)
-			rc = stamp_parents_and_write(fs, b, kf, kt);
+			rc = stamp_parents_and_write(fs, b, kf, d, kt, -d);
 		if (!rc)
 			fs_inode_exchange_keys(fs, kf, kt);
 		goto out_unlock;
@@ -713,7 +729,8 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		reclaim_upto = rt.size;
 	}
 	if (!rc)
-		rc = stamp_parents_and_write(fs, b, kf, kt);
+		rc = stamp_parents_and_write(fs, b, kf, -(int)fdir, kt,
+					     (int)fdir - (int)(exists && S_ISDIR(rt.mode)));
 	if (!rc) {
 		if (gone) {
 			struct fs_inode *ino = fs_inode_find(fs, rt.ino);

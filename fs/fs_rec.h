@@ -26,6 +26,9 @@
 #define FS_REC_LINK      0x0002u
 /* The shared record of a hard-linked file (L key): ends with u32 nlink. */
 #define FS_REC_SHARED    0x0004u
+/* A directory whose size field counts its subdirectories (st_nlink is 2 plus
+ * that; directories report st_size 0). */
+#define FS_REC_SUBDIRS   0x0008u
 #define FS_XATTR_MAX     (64u << 10) /* bytes of the whole xattr blob */
 #define FS_XATTR_NAME_MAX 255
 #define FS_SYMLINK_MAX   4095

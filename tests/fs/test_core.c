@@ -219,3 +219,38 @@ Test(core, dangling_link_is_eio)
 	fs_drop(fs);
 	fs_kv_destroy(kv);
 }
+
+/* A directory written before directories counted their subdirectories
+ * counts them once, at its next change (files and deeper keys aside). */
+Test(core, an_old_directory_counts_its_subdirectories_once)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, false);
+	struct fs_rec r;
+	struct fs_key k;
+	struct stat st;
+
+	put_rec(kv, "/d", true, S_IFDIR | 0755); /* no count */
+	put_rec(kv, "/d/a", true, S_IFDIR | 0755);
+	put_rec(kv, "/d/a/deep", true, S_IFDIR | 0755);
+	put_rec(kv, "/d/b", true, S_IFDIR | 0755);
+	put_rec(kv, "/d/f", false, S_IFREG | 0644);
+	cr_assert_eq(lookup(fs, "/d", &r, false), 0);
+	fs_rec_to_stat(&r, &st);
+	cr_assert_eq(st.st_nlink, 2, "no count yet: 2");
+	fs_rec_release(&r);
+	struct fs_kv_batch *b = fs_kv_batch_create(kv);
+	cr_assert_eq(fs_key_from_path(&k, "/d/new"), 0);
+	cr_assert_eq(fs_touch_parent(fs, b, &k, NULL, 1), 0); /* as mkdir /d/new */
+	cr_assert_eq(fs_kv_write(kv, b, false), 0);
+	fs_kv_batch_destroy(b);
+	cr_assert_eq(lookup(fs, "/d", &r, false), 0);
+	cr_assert(r.flags & FS_REC_SUBDIRS);
+	fs_rec_to_stat(&r, &st);
+	cr_assert_eq(st.st_nlink, 5, "a, b and the new one: 2 + 3, got %lu",
+		     (unsigned long)st.st_nlink);
+	cr_assert_eq(st.st_size, 0);
+	fs_rec_release(&r);
+	fs_drop(fs);
+	fs_kv_destroy(kv);
+}

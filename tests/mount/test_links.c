@@ -205,3 +205,34 @@ Test(links, an_open_file_keeps_the_stored_count)
 	cr_assert_geq(r1, r0 + 3, "the file's chunks outlived its last name (%ld -> %ld)", r0, r1);
 	down();
 }
+
+/* Directory link counts are 2 plus the subdirectories, as on ext4 and tmpfs,
+ * through mkdir, rmdir, renames between and within directories, rename over
+ * an empty directory, and a remount. */
+Test(links, directory_counts_are_two_plus_subdirectories)
+{
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(sh("cd %s && mkdir -p d/sub e && touch d/file", MNT), 0);
+	cr_assert_eq(num("%h", "d"), 3);
+	cr_assert_eq(num("%h", "d/sub"), 2);
+	cr_assert_eq(num("%h", "."), 4); /* the root: d, e */
+	cr_assert_eq(sh("cd %s && mkdir d/s2 d/s3", MNT), 0);
+	cr_assert_eq(num("%h", "d"), 5);
+	cr_assert_eq(sh("cd %s && rmdir d/s3 && mv d/sub e/ && mv d/file e/", MNT), 0);
+	cr_assert_eq(num("%h", "d"), 3);
+	cr_assert_eq(num("%h", "e"), 3);
+	cr_assert_eq(sh("cd %s && mv d/s2 d/s4", MNT), 0); /* within one directory */
+	cr_assert_eq(num("%h", "d"), 3);
+	cr_assert_eq(sh("cd %s && mkdir d/x && mv -T d/s4 d/x", MNT), 0); /* over an empty one */
+	cr_assert_eq(num("%h", "d"), 3);
+	cr_assert_eq(sh("cd %s && mv e d/ && ls -d d/e/sub", MNT), 0); /* a subtree moves */
+	cr_assert_eq(num("%h", "d"), 4);
+	cr_assert_eq(num("%h", "d/e"), 3);
+	cr_assert_eq(num("%h", "."), 3);
+	down();
+	cr_assert_eq(up(EXACT), 0);
+	cr_assert_eq(num("%h", "d"), 4);
+	cr_assert_eq(num("%h", "d/e"), 3);
+	cr_assert_eq(num("%h", "."), 3);
+	down();
+}
