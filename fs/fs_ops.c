@@ -1,4 +1,7 @@
-/* fs/fs_ops.c — the FUSE high-level operations (paths, not inode numbers).
+/* fs/fs_ops.c — the FUSE high-level operations (paths, not inode numbers):
+ * names, files, attributes and the operation table.  Listings are in
+ * fs_dir.c, extended attributes in fs_xattr.c, hard links in fs_link.c, the
+ * helpers they share in fs_ops_common.c (fs_ops_int.h).
  *
  * Choices (docs/fs.md says why):
  *   - use_ino: st_ino is the record's stable id (survives rename/remount);
@@ -31,123 +34,11 @@
 #include "common/log.h"
 #include "fs/fs_int.h"
 
-#define STATS_DIR_INO  2
-#define STATS_FILE_INO 3
-#define CONTROL_FILE_INO 4
-#define STATS_CAP      (16u << 10)
-
-#define FH_MAGIC  0x66684b44u /* "DKhf": a file handle */
-#define DIR_MAGIC 0x64684b44u /* "DKhd": a directory handle */
-
-struct fs_fh {
-	uint32_t magic;       /* FH_MAGIC */
-	struct fs_inode *ino; /* NULL: the stats file (or the control file) */
-	char *stats;
-	size_t stats_len;
-	bool control;         /* /.dkvfs/compact, open for writing */
-};
-
-struct fs_dirh {
-	uint32_t magic;        /* DIR_MAGIC */
-	pthread_mutex_t mu;
-	struct fs_kv_iter *it; /* NULL until the first entry is asked for */
-	int rc;                /* result of the iterator's last movement */
-	off_t pos;             /* entries emitted so far, incl. "." and ".." */
-	bool has_pending;      /* an entry the kernel buffer had no room for */
-	char name[FS_NAME_MAX + 1];
-	struct stat st;
-	uint64_t ino;          /* the directory's own, for "." */
-	struct fs_key dir;     /* children prefix: directory key + separator */
-};
-
-/* The file handle behind fi, or NULL (none, or a directory handle: FUSE
- * may hand those to attribute operations too). */
-static struct fs_fh *fh_of(const struct fuse_file_info *fi)
-{
-	struct fs_fh *fh = fi ? (struct fs_fh *)(uintptr_t)fi->fh : NULL;
-	return fh && fh->magic == FH_MAGIC ? fh : NULL;
-}
-
-static struct fs_ctx *FS(void)
-{
-	return fuse_get_context()->private_data;
-}
-
-static void caller(struct fs_ctx *fs, uint32_t *uid, uint32_t *gid)
-{
-	struct fuse_context *c = fuse_get_context();
-	*uid = c ? c->uid : getuid();
-	*gid = c ? c->gid : getgid();
-}
-
-/* Errors at the edge: project codes become the nearest errno. */
-/* The errno an operation answers.  Every error counted in fs_errors also
- * gets a log line (rate-limited: fs->err_rl) naming the operation. */
-#define ret(fs, rc) ret_((fs), (rc), __func__)
-static int ret_(struct fs_ctx *fs, int rc, const char *op)
-{
-	if (rc >= 0)
-		return rc;
-	if (rc != -ENOENT && rc != -EEXIST && rc != -ENOTEMPTY && rc != -ENODATA) {
-		FS_COUNT(fs, errors, 1);
-		dkv_log_rl(&fs->err_rl, DKV_LOG_WARN, "%s failed: %s (counted in fs_errors)",
-			   op + (strncmp(op, "op_", 3) ? 0 : 3), dkv_strerror(rc));
-	}
-	if (rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ENOTCONN)
-		return -EIO;
-	return -dkv_to_errno(rc);
-}
-
-/* 0: an ordinary path; 1: /.dkvfs; 2: /.dkvfs/stats; 3: anything else in
- * /.dkvfs; 4: /.dkvfs/compact (write "compact" to it: a full compaction by
- * this mount, which holds the volume's writer lease; dkvfs-ctl compact
- * MOUNTPOINT does that) */
-static int special(const char *path)
-{
-	if (!path || strncmp(path, "/" FS_STATS_DIR, sizeof(FS_STATS_DIR)) != 0)
-		return 0;
-	const char *r = path + sizeof(FS_STATS_DIR);
-	if (*r == 0)
-		return 1;
-	if (*r != '/')
-		return 0;
-	return strcmp(r, "/stats") == 0 ? 2 : strcmp(r, "/compact") == 0 ? 4 : 3;
-}
-
-static struct fs_key *key_alloc(int n)
-{
-	return malloc((size_t)n * sizeof(struct fs_key));
-}
-
-/* Attributes of rec, taking the open inode's in-memory state if there is one. */
-static void stat_of(struct fs_ctx *fs, const struct fs_rec *rec, struct stat *st)
-{
-	struct fs_inode *ino = S_ISREG(rec->mode) ? fs_inode_find(fs, rec->ino) : NULL;
-	if (!ino) {
-		fs_rec_to_stat(rec, st);
-		return;
-	}
-	pthread_mutex_lock(&ino->mu);
-	fs_rec_to_stat(&ino->rec, st);
-	pthread_mutex_unlock(&ino->mu);
-	fs_inode_put(fs, ino);
-}
-
-static void special_stat(int sp, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_nlink = sp == 1 ? 2 : 1;
-	st->st_mode = sp == 1 ? (S_IFDIR | 0555) : sp == 4 ? (S_IFREG | 0200) : (S_IFREG | 0444);
-	st->st_ino = sp == 1 ? STATS_DIR_INO : sp == 4 ? CONTROL_FILE_INO : STATS_FILE_INO;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
-	clock_gettime(CLOCK_REALTIME, &st->st_mtim);
-	st->st_ctim = st->st_atim = st->st_mtim;
-}
+#include "fs/fs_ops_int.h"
 
 static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	cfg->use_ino = 1;
 	cfg->readdir_ino = 0;
 	cfg->nullpath_ok = 1;
@@ -177,11 +68,11 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
-	struct fs_fh *fh = fh_of(fi);
+	struct fs_ctx *fs = fs_op_ctx();
+	struct fs_fh *fh = fs_op_fh(fi);
 	if (fh) {
 		if (!fh->ino) {
-			special_stat(fh->control ? 4 : 2, st);
+			fs_op_special_stat(fh->control ? 4 : 2, st);
 			st->st_size = (off_t)fh->stats_len;
 			return 0;
 		}
@@ -190,11 +81,11 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		pthread_mutex_unlock(&fh->ino->mu);
 		return 0;
 	}
-	int sp = special(path);
+	int sp = fs_op_special(path);
 	if (sp == 3)
 		return -ENOENT;
 	if (sp) {
-		special_stat(sp, st);
+		fs_op_special_stat(sp, st);
 		if (sp == 2) {
 			/* its real size (as of now), so cp and rsync copy it whole */
 			char *b = malloc(STATS_CAP);
@@ -204,7 +95,7 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		}
 		return 0;
 	}
-	struct fs_key *k = key_alloc(1);
+	struct fs_key *k = fs_op_key_alloc(1);
 	struct fs_rec rec = FS_REC_INIT;
 	if (!k)
 		return -ENOMEM;
@@ -212,7 +103,7 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 	if (!rc)
 		rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc)
-		stat_of(fs, &rec, st);
+		fs_op_stat_of(fs, &rec, st);
 	fs_rec_release(&rec);
 	free(k);
 	if (!strcmp(path, "/")) {
@@ -234,7 +125,7 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_t rdev,
 		     const char *target, struct fs_inode **out)
 {
-	struct fs_key *k = key_alloc(2);
+	struct fs_key *k = fs_op_key_alloc(2);
 	struct fs_rec rec = FS_REC_INIT, parent = FS_REC_INIT, old = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;
 	uint32_t uid, gid;
@@ -247,7 +138,7 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 		rc = -EROFS;
 		goto out_free;
 	}
-	if (special(path)) {
+	if (fs_op_special(path)) {
 		rc = -EEXIST;
 		goto out_free;
 	}
@@ -258,7 +149,7 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 		rc = -EEXIST;
 		goto out_free;
 	}
-	caller(fs, &uid, &gid);
+	fs_op_caller(fs, &uid, &gid);
 	b = fs_kv_batch_create(fs->kv);
 	if (!b) {
 		rc = -ENOMEM;
@@ -317,14 +208,14 @@ out_free:
 
 static int op_mkdir(const char *path, mode_t mode)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	FS_COUNT(fs, mkdirs, 1);
 	return ret(fs, make_node(fs, path, S_IFDIR | (mode & 07777), 0, NULL, NULL));
 }
 
 static int op_mknod(const char *path, mode_t mode, dev_t rdev)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	if (S_ISDIR(mode) || S_ISLNK(mode))
 		return -EINVAL;
 	FS_COUNT(fs, creates, 1);
@@ -333,27 +224,27 @@ static int op_mknod(const char *path, mode_t mode, dev_t rdev)
 
 static int op_symlink(const char *target, const char *path)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	FS_COUNT(fs, creates, 1);
 	return ret(fs, make_node(fs, path, S_IFLNK | 0777, 0, target, NULL));
 }
 
 static int op_link(const char *from, const char *to)
 {
-	if (special(from) || special(to))
+	if (fs_op_special(from) || fs_op_special(to))
 		return -EPERM;
-	int rc = fs_link(FS(), from, to);
+	int rc = fs_link(fs_op_ctx(), from, to);
 	/* libfuse gives each name its own node: the kernel still has the
 	 * source name's old link count and ctime cached */
 	if (!rc)
 		fuse_invalidate_path(fuse_get_context()->fuse, from);
-	return ret(FS(), rc);
+	return ret(fs_op_ctx(), rc);
 }
 
 static int op_readlink(const char *path, char *buf, size_t size)
 {
-	struct fs_ctx *fs = FS();
-	struct fs_key *k = key_alloc(1);
+	struct fs_ctx *fs = fs_op_ctx();
+	struct fs_key *k = fs_op_key_alloc(1);
 	struct fs_rec rec = FS_REC_INIT;
 	if (!k)
 		return -ENOMEM;
@@ -374,15 +265,15 @@ static int op_readlink(const char *path, char *buf, size_t size)
 
 static int op_unlink(const char *path)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_inode *ino = NULL;
-	struct fs_key *k = key_alloc(1);
+	struct fs_key *k = fs_op_key_alloc(1);
 	struct fs_kv_batch *b = NULL;
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
-	if (special(path)) {
+	if (fs_op_special(path)) {
 		rc = -EPERM;
 		goto out;
 	}
@@ -463,15 +354,15 @@ static int dir_empty(struct fs_ctx *fs, const struct fs_key *dk)
 
 static int op_rmdir(const char *path)
 {
-	struct fs_ctx *fs = FS();
-	struct fs_key *k = key_alloc(2);
+	struct fs_ctx *fs = fs_op_ctx();
+	struct fs_key *k = fs_op_key_alloc(2);
 	struct fs_rec rec = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
-	rc = special(path) ? -EPERM : fs->opts.read_only ? -EROFS : fs_key_from_path(k, path);
+	rc = fs_op_special(path) ? -EPERM : fs->opts.read_only ? -EROFS : fs_key_from_path(k, path);
 	if (rc)
 		goto out;
 	if (k->len == 1) {
@@ -614,8 +505,8 @@ static bool key_below(const struct fs_key *k, const struct fs_key *dir)
 
 static int op_rename(const char *from, const char *to, unsigned int flags)
 {
-	struct fs_ctx *fs = FS();
-	struct fs_key *k = key_alloc(2);
+	struct fs_ctx *fs = fs_op_ctx();
+	struct fs_key *k = fs_op_key_alloc(2);
 	struct fs_rec rf = FS_REC_INIT, rt = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;
 	uint64_t reclaim_id = 0, reclaim_upto = 0, moved = 0;
@@ -627,7 +518,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 	if ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
 	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
 		rc = -EINVAL;
-	else if (special(from) || special(to))
+	else if (fs_op_special(from) || fs_op_special(to))
 		rc = -EPERM;
 	else if (fs->opts.read_only)
 		rc = -EROFS;
@@ -696,7 +587,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 		else if (!fdir && tdir)
 			rc = -EISDIR;
 		else if (tdir) {
-			struct fs_key *m = key_alloc(1);
+			struct fs_key *m = fs_op_key_alloc(1);
 			if (!m) {
 				rc = -ENOMEM;
 				goto out_unlock;
@@ -756,17 +647,14 @@ out:
 	return ret(fs, rc);
 }
 
-/* Run fn on the inode of path (or of the open handle), then commit. */
-typedef int (*inode_fn)(struct fs_ctx *fs, struct fs_inode *ino, const void *arg);
-
-static int with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, const void *arg,
-		      bool commit)
+int fs_op_with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, const void *arg,
+		     bool commit)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_inode *ino = NULL;
 	bool own = false;
 	int rc = 0;
-	struct fs_fh *fh = fh_of(fi);
+	struct fs_fh *fh = fs_op_fh(fi);
 	if (fh) {
 		ino = fh->ino;
 		if (!ino)
@@ -774,8 +662,8 @@ static int with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, 
 	} else {
 		if (!path)
 			return -EBADF;
-		if (special(path))
-			return special(path) == 3 ? -ENOENT : -EPERM;
+		if (fs_op_special(path))
+			return fs_op_special(path) == 3 ? -ENOENT : -EPERM;
 		rc = fs_inode_get(fs, path, &ino);
 		if (rc)
 			return ret(fs, rc);
@@ -806,7 +694,7 @@ static int do_chmod(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 
 static int op_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
-	return with_inode(path, fi, do_chmod, &mode, true);
+	return fs_op_with_inode(path, fi, do_chmod, &mode, true);
 }
 
 static int do_chown(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
@@ -824,7 +712,7 @@ static int do_chown(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi)
 {
 	uint32_t ug[2] = { uid, gid };
-	return with_inode(path, fi, do_chown, ug, true);
+	return fs_op_with_inode(path, fi, do_chown, ug, true);
 }
 
 static int do_truncate(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
@@ -836,12 +724,12 @@ static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
 {
 	if (size < 0)
 		return -EINVAL;
-	struct fs_fh *cfh = fh_of(fi);
-	if ((cfh && cfh->control) || (!cfh && special(path) == 4))
+	struct fs_fh *cfh = fs_op_fh(fi);
+	if ((cfh && cfh->control) || (!cfh && fs_op_special(path) == 4))
 		return size == 0 ? 0 : -EINVAL; /* `echo compact > .dkvfs/compact` truncates first */
 	uint64_t s = (uint64_t)size;
 	/* through a handle: committed with the handle's data (close/fsync) */
-	return with_inode(path, fi, do_truncate, &s, false);
+	return fs_op_with_inode(path, fi, do_truncate, &s, false);
 }
 
 static int do_utimens(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
@@ -867,7 +755,7 @@ static int do_utimens(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 static int op_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
 {
 	struct timespec now[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_NOW } };
-	return with_inode(path, fi, do_utimens, tv ? tv : now, true);
+	return fs_op_with_inode(path, fi, do_utimens, tv ? tv : now, true);
 }
 
 static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file_info *fi)
@@ -884,8 +772,8 @@ static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file
 
 static int op_open(const char *path, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
-	int sp = special(path), rc;
+	struct fs_ctx *fs = fs_op_ctx();
+	int sp = fs_op_special(path), rc;
 	if (sp == 3)
 		return -ENOENT;
 	if (sp == 1)
@@ -945,7 +833,7 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 
 static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_inode *ino = NULL;
 	FS_COUNT(fs, creates, 1);
 	int rc = make_node(fs, path, S_IFREG | (mode & 07777), 0, NULL, &ino);
@@ -979,7 +867,7 @@ static void touch_atime(struct fs_ctx *fs, struct fs_inode *ino)
 
 static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	if (off < 0)
 		return -EINVAL;
@@ -1001,7 +889,7 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 static int op_write(const char *path, const char *buf, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	if (fh->control) {
 		/* "compact" (a trailing newline is fine): run it, answer when done */
@@ -1039,19 +927,19 @@ static int commit_fh(struct fs_ctx *fs, struct fs_fh *fh, bool sync)
 
 static int op_flush(const char *path, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	return ret(fs, commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, fs->opts.sync_on_close));
 }
 
 static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	return ret(fs, commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, true));
 }
 
 static int op_release(const char *path, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	int rc = commit_fh(fs, fh, false);
 	if (rc)
@@ -1066,7 +954,7 @@ static int op_release(const char *path, struct fuse_file_info *fi)
 
 static int op_statfs(const char *path, struct statvfs *sv)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	uint64_t cap = 0, used = 0;
 	int rc = fs_kv_space(fs->kv, &cap, &used);
 	if (rc)
@@ -1084,326 +972,8 @@ static int op_statfs(const char *path, struct statvfs *sv)
 
 static int op_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi)
 {
-	struct fs_ctx *fs = FS();
+	struct fs_ctx *fs = fs_op_ctx();
 	return ret(fs, fs_kv_sync(fs->kv));
-}
-
-/* ---- xattrs: user.* only, stored in the record ---- */
-
-static bool user_xattr(const char *name)
-{
-	return strncmp(name, "user.", 5) == 0;
-}
-
-/* The record of path, from its open inode when there is one. */
-static int read_rec(struct fs_ctx *fs, const char *path, struct fs_rec *rec)
-{
-	struct fs_key *k = key_alloc(1);
-	if (!k)
-		return -ENOMEM;
-	int rc = fs_key_from_path(k, path);
-	if (!rc)
-		rc = fs_lookup(fs, k, rec, NULL, true);
-	free(k);
-	if (rc)
-		return rc;
-	struct fs_inode *ino = fs_inode_find(fs, rec->ino);
-	if (ino) {
-		struct fs_rec copy;
-		pthread_mutex_lock(&ino->mu);
-		rc = fs_rec_copy(&copy, &ino->rec);
-		pthread_mutex_unlock(&ino->mu);
-		fs_inode_put(fs, ino);
-		if (!rc) {
-			fs_rec_release(rec);
-			*rec = copy;
-		}
-	}
-	return rc;
-}
-
-static int op_getxattr(const char *path, const char *name, char *value, size_t size)
-{
-	struct fs_ctx *fs = FS();
-	struct fs_rec rec = FS_REC_INIT;
-	if (!user_xattr(name) || special(path))
-		return -ENODATA; /* answered without a lookup: the kernel asks often */
-	int rc = read_rec(fs, path, &rec);
-	if (!rc)
-		rc = fs_rec_xattr_get(&rec, name, value, size);
-	fs_rec_release(&rec);
-	return ret(fs, rc);
-}
-
-static int op_listxattr(const char *path, char *list, size_t size)
-{
-	struct fs_ctx *fs = FS();
-	struct fs_rec rec = FS_REC_INIT;
-	if (special(path))
-		return 0;
-	int rc = read_rec(fs, path, &rec);
-	if (!rc)
-		rc = fs_rec_xattr_list(&rec, list, size);
-	fs_rec_release(&rec);
-	return ret(fs, rc);
-}
-
-struct xattr_arg {
-	const char *name;
-	const char *value;
-	size_t size;
-	int flags;
-	bool remove;
-};
-
-static int do_xattr(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
-{
-	const struct xattr_arg *a = arg;
-	int rc = a->remove ? fs_rec_xattr_remove(&ino->rec, a->name) :
-			     fs_rec_xattr_set(&ino->rec, a->name, a->value, a->size, a->flags);
-	if (!rc) {
-		ino->rec.ctime = fs_now_ns();
-		ino->dirty = true;
-	}
-	return rc;
-}
-
-static int op_setxattr(const char *path, const char *name, const char *value, size_t size,
-		       int flags)
-{
-	if (!user_xattr(name))
-		return -ENOTSUP;
-	struct xattr_arg a = { .name = name, .value = value, .size = size, .flags = flags };
-	return with_inode(path, NULL, do_xattr, &a, true);
-}
-
-static int op_removexattr(const char *path, const char *name)
-{
-	if (!user_xattr(name))
-		return -ENOTSUP;
-	struct xattr_arg a = { .name = name, .remove = true };
-	return with_inode(path, NULL, do_xattr, &a, true);
-}
-
-/* ---- directories ---- */
-
-static int op_opendir(const char *path, struct fuse_file_info *fi)
-{
-	struct fs_ctx *fs = FS();
-	struct fs_dirh *dh;
-	int sp = special(path);
-	if (sp == 2 || sp == 3)
-		return sp == 2 ? -ENOTDIR : -ENOENT;
-	dh = calloc(1, sizeof(*dh));
-	if (!dh)
-		return -ENOMEM;
-	dh->magic = DIR_MAGIC;
-	pthread_mutex_init(&dh->mu, NULL);
-	if (sp == 1) {
-		dh->rc = 1; /* /.dkvfs lists "stats" and "compact" only */
-		dh->dir.len = 0;
-		dh->ino = STATS_DIR_INO;
-	} else {
-		struct fs_rec rec = FS_REC_INIT;
-		int rc = fs_key_from_path(&dh->dir, path);
-		if (!rc)
-			rc = fs_lookup(fs, &dh->dir, &rec, NULL, true);
-		if (!rc && !S_ISDIR(rec.mode))
-			rc = -ENOTDIR;
-		dh->ino = rec.ino;
-		fs_rec_release(&rec);
-		if (rc) {
-			free(dh);
-			return ret(fs, rc);
-		}
-		dh->dir.b[dh->dir.len++] = FS_SEP;
-	}
-	fi->fh = (uintptr_t)dh;
-	return 0;
-}
-
-static int op_releasedir(const char *path, struct fuse_file_info *fi)
-{
-	struct fs_dirh *dh = (struct fs_dirh *)(uintptr_t)fi->fh;
-	fs_kv_iter_destroy(dh->it);
-	pthread_mutex_destroy(&dh->mu);
-	free(dh);
-	return 0;
-}
-
-/* Skip the subtree of the child name: seek to prefix name 0x01. */
-static int skip_child(struct fs_ctx *fs, struct fs_dirh *dh, const uint8_t *name, size_t nl)
-{
-	uint8_t k[FS_KEY_MAX];
-	memcpy(k, dh->dir.b, dh->dir.len);
-	memcpy(k + dh->dir.len, name, nl);
-	k[dh->dir.len + nl] = 0x01;
-	FS_COUNT(fs, readdir_seeks, 1);
-	return fs_kv_iter_seek(dh->it, k, dh->dir.len + nl + 1);
-}
-
-/* A directory found only through keys below it (raw key API) gets its
- * marker, so plain point lookups find it from now on. */
-static void materialize_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen,
-			    const struct fs_rec *rec)
-{
-	uint8_t mk[FS_KEY_MAX];
-	if (fs->opts.read_only || klen + 1 > FS_KEY_MAX)
-		return;
-	memcpy(mk, key, klen);
-	mk[klen] = FS_SEP;
-	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
-	int rc = b ? fs_batch_put_rec(b, mk, klen + 1, rec) : -ENOMEM;
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
-	fs_kv_batch_destroy(b);
-	if (rc)
-		dkv_warn("cannot write the marker of a directory found in a listing: %s",
-			 dkv_strerror(rc));
-}
-
-/* Produce the next entry of the listing into dh->name / dh->st.
- * 0: an entry; >0: the end; <0: error. */
-static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
-{
-	size_t plen = dh->dir.len;
-	if (!dh->it && dh->rc == 0) {
-		uint8_t hi[FS_KEY_MAX];
-		memcpy(hi, dh->dir.b, plen);
-		hi[plen - 1] = 0x01;
-		int rc = fs_kv_iter_create(fs->kv, dh->dir.b, plen, hi, plen, &dh->it);
-		if (rc)
-			return rc;
-		dh->rc = fs_kv_iter_seek(dh->it, dh->dir.b, plen);
-	}
-	while (dh->rc == 0) {
-		size_t kl, vl, nl;
-		const uint8_t *key = fs_kv_iter_key(dh->it, &kl), *name;
-		int kind;
-		if (!fs_key_child(key, kl, plen, &name, &nl, &kind) || nl > FS_NAME_MAX) {
-			dh->rc = fs_kv_iter_next(dh->it);
-			continue;
-		}
-		memcpy(dh->name, name, nl);
-		dh->name[nl] = 0;
-		struct fs_rec rec = FS_REC_INIT;
-		int rc = 0;
-		if (kind == 0) {
-			const void *v = fs_kv_iter_value(dh->it, &vl);
-			rc = fs_rec_decode(v, vl, &rec);
-			dh->rc = fs_kv_iter_next(dh->it);
-			/* a directory of the same name shadows the file */
-			if (dh->rc == 0) {
-				const uint8_t *k2 = fs_kv_iter_key(dh->it, &kl), *n2;
-				size_t nl2;
-				int kind2;
-				if (fs_key_child(k2, kl, plen, &n2, &nl2, &kind2) && nl2 == nl &&
-				    !memcmp(n2, dh->name, nl) && kind2 != 0) {
-					fs_rec_release(&rec);
-					rc = 0;
-					kind = kind2;
-					key = k2;
-				}
-			}
-		}
-		if (kind == 1) {
-			const void *v = fs_kv_iter_value(dh->it, &vl);
-			rc = fs_rec_decode(v, vl, &rec);
-		} else if (kind == 0 && !rc && (rec.flags & FS_REC_LINK)) {
-			uint64_t ino = rec.ino; /* a hard link: the file's record */
-			fs_rec_release(&rec);
-			rc = fs_shared_get(fs, ino, &rec);
-		} else if (kind == 2) {
-			fs_rec_implicit_dir(fs, key, plen + nl, &rec);
-			materialize_dir(fs, key, plen + nl, &rec);
-		}
-		if (kind != 0)
-			dh->rc = skip_child(fs, dh, (const uint8_t *)dh->name, nl);
-		if (rc) {
-			dkv_err("corrupt record for entry '%s' in a listing: skipped", dh->name);
-			FS_COUNT(fs, errors, 1);
-			continue;
-		}
-		stat_of(fs, &rec, &dh->st);
-		fs_rec_release(&rec);
-		FS_COUNT(fs, readdir_entries, 1);
-		return 0;
-	}
-	return dh->rc;
-}
-
-static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
-		      struct fuse_file_info *fi, enum fuse_readdir_flags flags)
-{
-	struct fs_ctx *fs = FS();
-	struct fs_dirh *dh = (struct fs_dirh *)(uintptr_t)fi->fh;
-	enum fuse_fill_dir_flags ff = (flags & FUSE_READDIR_PLUS) ? FUSE_FILL_DIR_PLUS : 0;
-	int rc = 0;
-
-	pthread_mutex_lock(&dh->mu);
-	if (off != dh->pos) { /* seekdir/rewinddir: start over, skip off entries */
-		fs_kv_iter_destroy(dh->it);
-		dh->it = NULL;
-		dh->rc = dh->dir.len ? 0 : 1;
-		dh->pos = 0;
-		dh->has_pending = false;
-	}
-	/* glibc's readdir skips entries whose d_ino is 0: give both a number */
-	if (dh->pos == 0) {
-		struct stat st = { .st_mode = S_IFDIR, .st_ino = dh->ino ? dh->ino : FS_ROOT_INO };
-		if (filler(buf, ".", &st, 1, 0))
-			goto out;
-		dh->pos = 1;
-	}
-	if (dh->pos == 1) {
-		struct stat st = { .st_mode = S_IFDIR, .st_ino = FS_ROOT_INO };
-		if (filler(buf, "..", &st, 2, 0))
-			goto out;
-		dh->pos = 2;
-	}
-	if (!dh->dir.len) { /* /.dkvfs */
-		if (dh->pos == 2) {
-			struct stat st;
-			special_stat(2, &st);
-			if (filler(buf, "stats", &st, 3, ff))
-				goto out;
-			dh->pos = 3;
-		}
-		if (dh->pos == 3) {
-			struct stat st;
-			special_stat(4, &st);
-			if (filler(buf, "compact", &st, 4, ff))
-				goto out;
-			dh->pos = 4;
-		}
-		goto out;
-	}
-	while (dh->pos < off) { /* catching up after a restart */
-		rc = dir_next(fs, dh);
-		if (rc)
-			goto out;
-		dh->pos++;
-	}
-	for (;;) {
-		if (!dh->has_pending) {
-			rc = dir_next(fs, dh);
-			if (rc)
-				break;
-			dh->has_pending = true;
-		}
-		if (filler(buf, dh->name, &dh->st, dh->pos + 1, ff))
-			break;
-		dh->has_pending = false;
-		dh->pos++;
-	}
-out:
-	if (dh->rc > 0 && dh->it) {
-		/* listed to the end: do not pin the engine's version any longer */
-		fs_kv_iter_destroy(dh->it);
-		dh->it = NULL;
-	}
-	pthread_mutex_unlock(&dh->mu);
-	return rc < 0 ? ret(fs, rc) : 0;
 }
 
 static const struct fuse_operations fs_ops = {
@@ -1427,13 +997,13 @@ static const struct fuse_operations fs_ops = {
 	.flush = op_flush,
 	.release = op_release,
 	.fsync = op_fsync,
-	.setxattr = op_setxattr,
-	.getxattr = op_getxattr,
-	.listxattr = op_listxattr,
-	.removexattr = op_removexattr,
-	.opendir = op_opendir,
-	.readdir = op_readdir,
-	.releasedir = op_releasedir,
+	.setxattr = fs_op_setxattr,
+	.getxattr = fs_op_getxattr,
+	.listxattr = fs_op_listxattr,
+	.removexattr = fs_op_removexattr,
+	.opendir = fs_op_opendir,
+	.readdir = fs_op_readdir,
+	.releasedir = fs_op_releasedir,
 	.fsyncdir = op_fsyncdir,
 	.create = op_create,
 	.utimens = op_utimens,

@@ -1,0 +1,81 @@
+/* fs/fs_ops_int.h — what the FUSE operation files share (fs_ops.c: names,
+ * files and attributes; fs_dir.c: listings; fs_xattr.c: extended
+ * attributes; fs_ops_common.c: the helpers below).  Private to those files. */
+#ifndef DKV_FS_OPS_INT_H
+#define DKV_FS_OPS_INT_H
+
+#include <fuse.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "fs/fs_int.h"
+
+#define STATS_DIR_INO  2
+#define STATS_FILE_INO 3
+#define CONTROL_FILE_INO 4
+#define STATS_CAP      (16u << 10)
+
+#define FH_MAGIC  0x66684b44u /* "DKhf": a file handle */
+#define DIR_MAGIC 0x64684b44u /* "DKhd": a directory handle */
+
+struct fs_fh {
+	uint32_t magic;       /* FH_MAGIC */
+	struct fs_inode *ino; /* NULL: the stats file (or the control file) */
+	char *stats;
+	size_t stats_len;
+	bool control;         /* /.dkvfs/compact, open for writing */
+};
+
+struct fs_dirh {
+	uint32_t magic;        /* DIR_MAGIC */
+	pthread_mutex_t mu;
+	struct fs_kv_iter *it; /* NULL until the first entry is asked for */
+	int rc;                /* result of the iterator's last movement */
+	off_t pos;             /* entries emitted so far, incl. "." and ".." */
+	bool has_pending;      /* an entry the kernel buffer had no room for */
+	char name[FS_NAME_MAX + 1];
+	struct stat st;
+	uint64_t ino;          /* the directory's own, for "." */
+	struct fs_key dir;     /* children prefix: directory key + separator */
+};
+
+/* The file handle behind fi, or NULL (none, or a directory handle: FUSE
+ * may hand those to attribute operations too). */
+struct fs_fh *fs_op_fh(const struct fuse_file_info *fi);
+/* The filesystem of the calling FUSE request. */
+struct fs_ctx *fs_op_ctx(void);
+/* uid and gid of the calling process. */
+void fs_op_caller(struct fs_ctx *fs, uint32_t *uid, uint32_t *gid);
+/* The errno an operation answers.  Every error counted in fs_errors also
+ * gets a log line (rate-limited: fs->err_rl) naming the operation. */
+int fs_op_ret(struct fs_ctx *fs, int rc, const char *op);
+#define ret(fs, rc) fs_op_ret((fs), (rc), __func__)
+/* 0: an ordinary path; 1: /.dkvfs; 2: /.dkvfs/stats; 3: anything else in
+ * /.dkvfs; 4: /.dkvfs/compact. */
+int fs_op_special(const char *path);
+void fs_op_special_stat(int sp, struct stat *st);
+struct fs_key *fs_op_key_alloc(int n);
+/* Attributes of rec, taking the open inode's in-memory state if there is one. */
+void fs_op_stat_of(struct fs_ctx *fs, const struct fs_rec *rec, struct stat *st);
+
+/* Run fn on the inode of path (or of the open handle fi), then commit. */
+typedef int (*inode_fn)(struct fs_ctx *fs, struct fs_inode *ino, const void *arg);
+int fs_op_with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, const void *arg,
+		     bool commit);
+
+/* fs_xattr.c */
+int fs_op_getxattr(const char *path, const char *name, char *value, size_t size);
+int fs_op_listxattr(const char *path, char *list, size_t size);
+int fs_op_setxattr(const char *path, const char *name, const char *value, size_t size,
+		   int flags);
+int fs_op_removexattr(const char *path, const char *name);
+
+/* fs_dir.c: listings */
+int fs_op_opendir(const char *path, struct fuse_file_info *fi);
+int fs_op_releasedir(const char *path, struct fuse_file_info *fi);
+int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
+		  struct fuse_file_info *fi, enum fuse_readdir_flags flags);
+
+#endif
