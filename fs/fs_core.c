@@ -89,9 +89,15 @@ int fs_alloc_id(struct fs_ctx *fs, uint64_t *id)
 	return rc;
 }
 
-static int decode_rec(const void *v, size_t vl, const uint8_t *key, size_t klen, struct fs_rec *rec)
+int fs_get_rec(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec *rec)
 {
-	int rc = fs_rec_decode(v, vl, rec);
+	void *v = NULL;
+	size_t vl = 0;
+	int rc = fs_kv_get(fs->kv, key, klen, &v, &vl);
+	if (rc)
+		return rc;
+	rc = fs_rec_decode(v, vl, rec);
+	free(v);
 	if (rc == -EBADMSG) {
 		char path[256];
 		if (fs_key_to_path(key, klen, path, sizeof(path)))
@@ -105,18 +111,12 @@ static int decode_rec(const void *v, size_t vl, const uint8_t *key, size_t klen,
 int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec)
 {
 	uint8_t key[FS_INTENT_KEY_LEN];
-	void *v = NULL;
-	size_t vl = 0;
-	int rc = fs_kv_get(fs->kv, key, fs_key_shared(key, ino), &v, &vl);
+	int rc = fs_get_rec(fs, key, fs_key_shared(key, ino), rec);
 	if (rc == -ENOENT) {
 		dkv_err("a hard link names inode %" PRIu64 " whose shared record is missing: "
 			"reporting EIO", ino);
 		return -EIO;
 	}
-	if (rc)
-		return rc;
-	rc = decode_rec(v, vl, key, sizeof(key), rec);
-	free(v);
 	if (!rc && (!(rec->flags & FS_REC_SHARED) || rec->ino != ino)) {
 		fs_rec_release(rec);
 		dkv_err("the shared record of inode %" PRIu64 " is not one: reporting EIO", ino);
@@ -129,29 +129,21 @@ int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, str
 	      bool implicit)
 {
 	struct fs_key mk;
-	void *v = NULL;
-	size_t vl = 0;
 	int rc;
 
 	FS_COUNT(fs, lookups, 1);
 	memcpy(mk.b, k->b, k->len);
 	mk.len = k->len;
 	mk.b[mk.len++] = FS_SEP; /* fs_key keeps room for it */
-	rc = fs_kv_get(fs->kv, mk.b, mk.len, &v, &vl);
-	if (rc == 0) {
-		rc = decode_rec(v, vl, mk.b, mk.len, rec);
-		free(v);
+	rc = fs_get_rec(fs, mk.b, mk.len, rec);
+	if (rc != -ENOENT) {
 		if (!rc && reckey)
 			*reckey = mk;
 		return rc;
 	}
-	if (rc != -ENOENT)
-		return rc;
 	if (k->len > 1) {
-		rc = fs_kv_get(fs->kv, k->b, k->len, &v, &vl);
-		if (rc == 0) {
-			rc = decode_rec(v, vl, k->b, k->len, rec);
-			free(v);
+		rc = fs_get_rec(fs, k->b, k->len, rec);
+		if (rc != -ENOENT) {
 			if (!rc && (rec->flags & FS_REC_LINK)) {
 				uint64_t ino = rec->ino;
 				fs_rec_release(rec);
@@ -166,8 +158,6 @@ int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, str
 			}
 			return rc;
 		}
-		if (rc != -ENOENT)
-			return rc;
 	}
 	if ((!implicit || !fs->opts.implicit_dirs) && k->len > 1)
 		return -ENOENT;
@@ -271,16 +261,10 @@ int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_ke
 		return -EINVAL;
 	memcpy(pk.b, k->b, i);
 	pk.len = i;
-	void *v = NULL;
-	size_t vl = 0;
 	struct fs_rec rec = FS_REC_INIT;
-	int rc = fs_kv_get(fs->kv, pk.b, pk.len, &v, &vl);
+	int rc = fs_get_rec(fs, pk.b, pk.len, &rec);
 	if (rc == -ENOENT)
 		return 0; /* implicit parent: nothing to stamp */
-	if (rc)
-		return rc;
-	rc = decode_rec(v, vl, pk.b, pk.len, &rec);
-	free(v);
 	if (rc)
 		return rc;
 	if (!(rec.flags & FS_REC_SUBDIRS)) {

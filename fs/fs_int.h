@@ -115,6 +115,9 @@ int fs_alloc_id(struct fs_ctx *fs, uint64_t *id);
 int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
 	      bool implicit);
 /* Encode rec and add it to b under key. */
+/* The record stored at key, as written (a name record is not followed).
+ * -ENOENT, -EIO (corrupt: logged), or the store's error. */
+int fs_get_rec(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec *rec);
 /* The shared record of hard-linked inode ino (L key).  -EIO if missing or
  * not one. */
 int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec);

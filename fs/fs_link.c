@@ -46,19 +46,6 @@ int fs_batch_drop_link(struct fs_ctx *fs, struct fs_kv_batch *b, struct fs_rec *
 	return rc;
 }
 
-/* The record stored at key (as written: a name record is not followed). */
-static int get_raw(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec *rec)
-{
-	void *v = NULL;
-	size_t vl = 0;
-	int rc = fs_kv_get(fs->kv, key, klen, &v, &vl);
-	if (rc)
-		return rc;
-	rc = fs_rec_decode(v, vl, rec);
-	free(v);
-	return rc == -EBADMSG ? -EIO : rc;
-}
-
 int fs_link(struct fs_ctx *fs, const char *from, const char *to)
 {
 	struct fs_key *kt = malloc(sizeof(*kt));
@@ -97,7 +84,7 @@ int fs_link(struct fs_ctx *fs, const char *from, const char *to)
 	if (rc)
 		goto out_unlock;
 	bool shared = fs_key_is_shared(ino->key, ino->klen);
-	rc = get_raw(fs, ino->key, ino->klen, &rec);
+	rc = fs_get_rec(fs, ino->key, ino->klen, &rec); /* as stored: not followed */
 	if (rc)
 		goto out_unlock;
 	if (rec.nlink == UINT32_MAX) {
