@@ -380,14 +380,15 @@ int ns_remote_copy_in(struct ns_conn *c, uint32_t rkey, uint64_t raddr, const vo
  * and ns_dereg_mr take (fn must not block or take c->mu).  0, -DKV_E_GRANT or
  * fn's result. */
 typedef int (*ns_access_fn)(void *arg, uint8_t *p, uint64_t len);
-/* READ: copy [raddr, raddr+len) to dst under the check. */
-int ns_remote_copy_out(struct ns_conn *c, uint32_t rkey, uint64_t raddr, void *dst, size_t len);
 int ns_remote_access(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len,
 		     unsigned want, ns_access_fn fn, void *arg);
-/* READ replies: budgets NS_READ_QUEUE_MAX / NS_READ_QUEUE_ALL (net_stream.h). */
-/* Take len bytes of both budgets for a READ reply, waiting up to op_timeout_ms
- * for room (false: none came, or c broke; refuse the READ); the
- * reply's txe carries them in ->budget and gives them back when released. */
+/* READ: copy [raddr, raddr+len) to dst under the check. */
+int ns_remote_copy_out(struct ns_conn *c, uint32_t rkey, uint64_t raddr, void *dst, size_t len);
+/* Take len bytes of both READ reply budgets (NS_READ_QUEUE_MAX per
+ * connection, NS_READ_QUEUE_ALL in all: net_stream.h), waiting up to
+ * op_timeout_ms for room (false: none came, or c broke; refuse the READ);
+ * the reply's txe carries them in ->budget and gives them back when
+ * released. */
 bool ns_read_budget_take(struct ns_conn *c, size_t len);
 void ns_read_budget_give(struct ns_conn *c, size_t len);
 /* A WRITE's payload goes through a bounce buffer of this size: each piece is

@@ -250,8 +250,6 @@ int ns_ux_drain(struct ns_conn *c)
 	return 0;
 }
 
-/* Deliver an incoming SEND (data) or WRITE_IMM (no data) to the next posted
- * RECV, or buffer it.  The payload of a SEND is read here. */
 /* A WRITE's payload, piece by piece through the bounce buffer, each piece
  * copied in under its own grant check (ns_remote_copy_in). */
 static int rx_write_payload(struct ns_reader *rd, const struct ns_hdr *h)
@@ -273,6 +271,8 @@ static int rx_write_payload(struct ns_reader *rd, const struct ns_hdr *h)
 	return 0;
 }
 
+/* Deliver an incoming SEND (data) or WRITE_IMM (no data) to the next posted
+ * RECV, or buffer it.  The payload of a SEND is read here. */
 static int rx_deliver(struct ns_reader *rd, const struct ns_hdr *h, bool imm)
 {
 	struct ns_conn *c = rd->c;
@@ -408,6 +408,9 @@ static int rx_frame(struct ns_reader *rd)
 		struct ns_hdr a = {.op = NS_READ_RESP, .seq = h.seq, .len = h.len};
 		size_t cost = sizeof(*e) + h.len;
 
+		/* Checked before anything is allocated (a READ the peer may
+		 * not make costs nothing); the copy checks again under the
+		 * locks, since a revoke may come in between. */
 		err =
 		    ns_check_remote_access(c, h.rkey, h.raddr, h.len, NET_ACCESS_REMOTE_READ, &ptr);
 		if (err)

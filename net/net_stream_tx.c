@@ -146,13 +146,14 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 	return txe_write(fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
 }
 
-/* READ reply bytes waiting to be sent in this process (all connections);
- * rd_mu/rd_cond wake readers waiting for room. */
+/* READ reply bytes waiting to be sent in this process (all connections).
+ * Taking and giving back are lock-free; rd_mu/rd_cond only wake readers that
+ * wait for room (they also look again every 50 ms). */
 static atomic_size_t rd_queued_all;
+static atomic_uint rd_waiters;
 static pthread_mutex_t rd_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t rd_cond;
 static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
-static unsigned rd_waiters; /* rd_mu */
 
 static void rd_init(void)
 {
@@ -163,9 +164,25 @@ static void rd_init(void)
 	pthread_condattr_destroy(&a);
 }
 
-static bool budget_fits(size_t cur, size_t len, size_t max)
+/* Add len to *q unless that passes max (a lone reply may). */
+static bool reserve(atomic_size_t *q, size_t len, size_t max)
 {
-	return !cur || cur + len <= max;
+	size_t cur = atomic_load(q);
+	do {
+		if (cur && cur + len > max)
+			return false;
+	} while (!atomic_compare_exchange_weak(q, &cur, cur + len));
+	return true;
+}
+
+static bool reserve_both(struct ns_conn *c, size_t len)
+{
+	if (!reserve(&c->rd_queued, len, NS_READ_QUEUE_MAX))
+		return false;
+	if (reserve(&rd_queued_all, len, NS_READ_QUEUE_ALL))
+		return true;
+	atomic_fetch_sub(&c->rd_queued, len);
+	return false;
 }
 
 size_t ns_read_queued_all(void)
@@ -175,19 +192,15 @@ size_t ns_read_queued_all(void)
 
 bool ns_read_budget_take(struct ns_conn *c, size_t len)
 {
+	if (reserve_both(c, len))
+		return true;
 	uint64_t deadline = now_ns() + (uint64_t)c->o.op_timeout_ms * 1000000ull;
 	bool ok = false;
 
 	pthread_once(&rd_once, rd_init);
 	pthread_mutex_lock(&rd_mu);
-	for (;;) {
-		if (budget_fits(atomic_load(&c->rd_queued), len, NS_READ_QUEUE_MAX) &&
-		    budget_fits(atomic_load(&rd_queued_all), len, NS_READ_QUEUE_ALL)) {
-			atomic_fetch_add(&c->rd_queued, len);
-			atomic_fetch_add(&rd_queued_all, len);
-			ok = true;
-			break;
-		}
+	atomic_fetch_add(&rd_waiters, 1);
+	while (!(ok = reserve_both(c, len))) {
 		uint64_t now = now_ns();
 		if (now >= deadline || __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
 			break;
@@ -196,23 +209,23 @@ bool ns_read_budget_take(struct ns_conn *c, size_t len)
 		uint64_t until = now + 50 * 1000000ull < deadline ? now + 50 * 1000000ull : deadline;
 		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 				      .tv_nsec = (long)(until % 1000000000ull)};
-		rd_waiters++;
 		pthread_cond_timedwait(&rd_cond, &rd_mu, &ts);
-		rd_waiters--;
 	}
+	atomic_fetch_sub(&rd_waiters, 1);
 	pthread_mutex_unlock(&rd_mu);
 	return ok;
 }
 
 void ns_read_budget_give(struct ns_conn *c, size_t len)
 {
-	pthread_once(&rd_once, rd_init);
-	pthread_mutex_lock(&rd_mu);
 	atomic_fetch_sub(&c->rd_queued, len);
 	atomic_fetch_sub(&rd_queued_all, len);
-	if (rd_waiters)
+	if (atomic_load(&rd_waiters)) {
+		pthread_once(&rd_once, rd_init);
+		pthread_mutex_lock(&rd_mu);
 		pthread_cond_broadcast(&rd_cond);
-	pthread_mutex_unlock(&rd_mu);
+		pthread_mutex_unlock(&rd_mu);
+	}
 }
 
 static void txe_release(struct ns_conn *c, struct ns_txe *e)
