@@ -236,3 +236,14 @@ Test(links, directory_counts_are_two_plus_subdirectories)
 	cr_assert_eq(num("%h", "."), 3);
 	down();
 }
+
+/* With the kernel's attribute cache on (the default, 1 s), the source of a
+ * link shows its new count at once: the daemon invalidates it. */
+Test(links, the_source_of_a_link_is_not_stale)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("cd %s && echo x > a && test $(stat -c %%h a) = 1 && ln a b && "
+			"test $(stat -c %%h a) = 2 && ln b c && test $(stat -c %%h b) = 3",
+			MNT), 0, "a cached, old link count");
+	down();
+}

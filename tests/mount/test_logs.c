@@ -126,4 +126,31 @@ Test(logs, mount_source_names_volume_and_node)
 	snprintf(want, sizeof(want), "dkvfs:default@embedded:%s/data", T);
 	cr_assert_str_eq(src, want);
 	down();
+	/* an external node's volume, with no syslog: the source names both,
+	 * and the log is $XDG_STATE_HOME/dkvfs/dkvfs.log */
+	char sock[PATH_MAX + 16], listen[PATH_MAX + 32], bin[PATH_MAX + 32];
+	snprintf(sock, sizeof(sock), "%s/mn.sock", T);
+	snprintf(listen, sizeof(listen), "unix:%s", sock);
+	snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
+	extra_node = fork();
+	if (extra_node == 0) {
+		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "64M", (char *)NULL);
+		_exit(127);
+	}
+	int rc = 1;
+	for (int tries = 0; tries < 50 && rc; tries++) {
+		rc = sh("DKVFS_SYSLOG_SOCKET=%s/nobody.sock XDG_STATE_HOME=%s/state %s/dkvfs -o "
+			"memnode=unix:%s,volume=v1 %s 2>/dev/null",
+			T, T, B, sock, MNT);
+		if (rc)
+			usleep(100 * 1000);
+	}
+	cr_assert_eq(rc, 0, "mount of an external node failed");
+	sh_out(src, sizeof(src), "findmnt -n -o SOURCE %s", MNT);
+	snprintf(want, sizeof(want), "dkvfs:v1@unix:%s", sock);
+	cr_assert_str_eq(src, want);
+	snprintf(want, sizeof(want), "this log: %s/state/dkvfs/dkvfs.log", T);
+	cr_assert_eq(sh("grep -qF '%s' %s/state/dkvfs/dkvfs.log", want, T), 0, "no line saying '%s'",
+		     want);
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
 }
