@@ -1028,6 +1028,7 @@ static void *comp_main(void *arg)
 			if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && !c->stop) {
 				pthread_mutex_unlock(&c->mu);
 				eng_flush_deletes(db);
+				eng_blob_tick(db);
 				pthread_mutex_lock(&c->mu);
 				c->work = true;
 			}
@@ -1077,6 +1078,7 @@ static void *comp_main(void *arg)
 			 * that would make room must still reach the tables. */
 			pthread_mutex_unlock(&c->mu);
 			eng_flush_deletes(db);
+			eng_blob_tick(db);
 			pthread_mutex_lock(&c->mu);
 			eng_deadline_in(&ts, COMP_RETRY_MS);
 			pthread_cond_timedwait(&c->cv, &c->mu, &ts);

@@ -205,7 +205,14 @@ void eng_space_check(struct eng_db *db)
 	/* Only the node's free space counts: free bytes inside our slabs are
 	 * scattered between live tables and cannot hold a flushed memtable. */
 	free_bytes = st.capacity > st.used ? st.capacity - st.used : 0;
-	set_space_low(db, free_bytes < db->reserve, free_bytes);
+	/* one node page above the reserve: the smallest blob slab (engine/blob.c
+	 * refuses file data below it), so "full" and ENOSPC agree */
+	set_space_low(db, free_bytes < db->reserve + (1u << 20), free_bytes);
+}
+
+void eng_space_full(struct eng_db *db, uint64_t free_bytes)
+{
+	set_space_low(db, true, free_bytes);
 }
 
 int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
@@ -935,11 +942,20 @@ int eng_flush(eng_db *db)
 
 int eng_sync(eng_db *db)
 {
+	int r;
+
 	if (!db)
 		return -EINVAL;
 	if (db->read_only)
 		return 0;
-	return eng_wal_sync(db);
+	/* file data before the pointers that name it; then the frees that
+	 * waited for those pointers' removal to be durable */
+	r = eng_blob_sync_data(db);
+	if (!r)
+		r = eng_wal_sync(db);
+	if (!r)
+		eng_blob_release(db);
+	return r;
 }
 
 int eng_compact_all(eng_db *db)
@@ -985,6 +1001,17 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->tombstone_compactions = LD(st_tomb_compactions);
 	st->discards = LD(st_discards);
 	st->space_low = atomic_load(&db->space_low);
+	st->blob_puts = LD(st_blob_puts);
+	st->blob_put_bytes = LD(st_blob_put_bytes);
+	st->blob_gets = LD(st_blob_gets);
+	st->blob_frees = LD(st_blob_frees);
+	{
+		uint64_t sb, fb;
+
+		eng_blob_stats(db, &st->blob_slabs, &sb, &fb, &st->blob_frees_pending);
+		st->blob_slab_bytes = sb;
+		st->blob_live_bytes = sb > fb ? sb - fb : 0;
+	}
 	mn_client_net_stats(db->mc, &ns);
 	st->net_bytes_sent = ns.bytes_sent;
 	st->net_bytes_recv = ns.bytes_recv;

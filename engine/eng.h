@@ -160,8 +160,50 @@ struct eng_stats {
 	uint64_t node_down;       /* 1: not answering, operations fail at once */
 	uint64_t node_downs;      /* times it stopped answering */
 	uint64_t node_fast_fails; /* operations refused while it did not answer */
+	/* file-data extents (eng_blob_*) */
+	uint64_t blob_puts, blob_put_bytes, blob_gets, blob_frees;
+	uint64_t blob_slabs, blob_slab_bytes; /* blob slabs held on the node */
+	uint64_t blob_live_bytes;             /* of which carved (live or pending) */
+	uint64_t blob_frees_pending;          /* freed, waiting for the next sync */
 };
 int eng_stats(eng_db *db, struct eng_stats *st);
+/* ---- file-data extents (engine/blob.c; docs/engine.md "Extents") ----
+ *
+ * Large values written ONCE, by one-sided WRITE, into extents of the
+ * volume's blob slabs, outside the LSM: the caller stores the pointer
+ * (struct eng_blob, a few dozen bytes once encoded) as an ordinary value,
+ * so the WAL, flushes and compactions move only pointers.  The caller owns
+ * each extent's lifetime:
+ *   put      carve and write n extents (all WRITEs in flight together).
+ *            -ENOSPC when the node would go below the reserve kept for
+ *            deletes; -EFBIG above ENG_BLOB_MAX; -EROFS read-only.
+ *   get      read one back whole into buf (b->len bytes); the CRC is
+ *            checked: -DKV_E_CORRUPT for a stale or damaged pointer.
+ *   free     after the batch that removed the last stored pointer was
+ *            written.  The space is reused only after the next sync
+ *            (eng_sync, or at most about a second later by itself).
+ *   recover  once, at open, before anything else of the caller's: every
+ *            pointer the caller still stores; the rest of the blob slabs
+ *            from before this open (extents written but never committed
+ *            by a process that died) is freed.  Until then frees of old
+ *            extents are ignored (recovery frees them) and puts take new
+ *            slabs.  -EALREADY on a second call.
+ * A snapshot or iterator that still shows a freed pointer reads
+ * -DKV_E_CORRUPT from get once the space is reused: callers read data of
+ * the latest version only (the filesystem does). */
+#define ENG_BLOB_MAX (4u << 20)
+struct eng_blob {
+	uint64_t off;  /* region offset on the memory node */
+	uint32_t len;  /* bytes stored (0: nothing, no extent) */
+	uint32_t crc;  /* CRC-32C of those bytes */
+	uint32_t node; /* memory node (0: the volume's; more are future work) */
+};
+int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *len,
+		 struct eng_blob *out);
+int eng_blob_get(eng_db *db, const struct eng_blob *b, void *buf);
+void eng_blob_free(eng_db *db, const struct eng_blob *b, size_t n);
+int eng_blob_recover(eng_db *db, const struct eng_blob *live, size_t n);
+
 /* Capacity and use of the memory node(s), for statfs. */
 int eng_space(eng_db *db, uint64_t *capacity, uint64_t *used);
 

@@ -186,6 +186,10 @@ struct eng_edit {
 	size_t nslabs;
 	struct mn_extent *slab_frees;
 	size_t nslab_frees;
+	struct mn_extent *bslabs;    /* blob slabs owned (file-data extents) */
+	size_t nbslabs;
+	struct mn_extent *bslab_frees;
+	size_t nbslab_frees;
 };
 void eng_edit_release(struct eng_edit *e);
 int eng_edit_add_table(struct eng_edit *e, int level, uint64_t number, uint64_t off,
@@ -194,6 +198,8 @@ int eng_edit_del_table(struct eng_edit *e, int level, uint64_t number);
 int eng_edit_add_seg(struct eng_edit *e, uint64_t log_no, uint64_t off, uint64_t len);
 int eng_edit_add_slab(struct eng_edit *e, uint64_t off, uint64_t len);
 int eng_edit_free_slab(struct eng_edit *e, uint64_t off, uint64_t len);
+int eng_edit_add_bslab(struct eng_edit *e, uint64_t off, uint64_t len);
+int eng_edit_free_bslab(struct eng_edit *e, uint64_t off, uint64_t len);
 /* Encoding (docs/manifest.md).  encode: *out malloc'ed. */
 int eng_edit_encode(const struct eng_edit *e, uint8_t **out, size_t *len);
 int eng_edit_decode(const uint8_t *p, size_t len, struct eng_edit *e);
@@ -363,7 +369,39 @@ struct eng_db {
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 
 	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */
+
+	/* File-data extents (engine/blob.c).  Lock order: blob_mu, then
+	 * man_mu.  bslabs changes with both held, so either reads it. */
+	pthread_mutex_t blob_mu;
+	struct eng_alloc *balloc;       /* blob_mu; over bslabs */
+	struct mn_extent *bslabs;       /* blob slabs owned, all logged */
+	size_t nbslabs, bslabs_cap;
+	size_t nbslabs_old;             /* blob_mu; [0, this) came from the manifest */
+	bool blob_recovered;            /* blob_mu; eng_blob_recover ran */
+	uint64_t *bdirty;               /* blob_mu; slabs written since the last sync */
+	size_t nbdirty, bdirty_cap;
+	struct mn_extent *bpend;        /* blob_mu; freed, released after the next sync */
+	size_t nbpend, bpend_cap;
+	uint64_t bpend_since_us;        /* blob_mu; when the oldest pending free came */
+	_Atomic uint64_t st_blob_puts, st_blob_put_bytes, st_blob_gets, st_blob_frees;
 };
+
+/* engine/blob.c.  init: at open, old = the blob slabs the manifest names
+ * (they count as full until eng_blob_recover); blob_mu is initialised by
+ * eng_open.  tick: the compaction thread's idle tick, releases frees older
+ * than a second (a WAL sync first).  release: pending frees back to the
+ * allocator (call after a sync; _locked with blob_mu held).  sync_data:
+ * msync the blob slabs written since the last call.  owns: is off in a blob
+ * slab (man_mu or blob_mu held).  stats: for eng_stats. */
+int eng_blob_init(struct eng_db *db, const struct mn_extent *old, size_t n);
+void eng_blob_fini(struct eng_db *db);
+void eng_blob_tick(struct eng_db *db);
+void eng_blob_release(struct eng_db *db);
+void eng_blob_release_locked(struct eng_db *db);
+int eng_blob_sync_data(struct eng_db *db);
+bool eng_blob_owns(struct eng_db *db, uint64_t off);
+void eng_blob_stats(struct eng_db *db, uint64_t *slabs, uint64_t *slab_bytes, uint64_t *free_bytes,
+		    uint64_t *pending);
 
 /* What a reader sees: memtables, version and sequence number, taken
  * together under db->mu (eng_view_get) and released with eng_view_put. */
@@ -406,6 +444,8 @@ void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n);
 void eng_space_trim(struct eng_db *db);
 /* Recompute db->space_low (one mn_stats round trip).  Caller holds man_mu. */
 void eng_space_check(struct eng_db *db);
+/* The volume is full (file data refused): say so, once. */
+void eng_space_full(struct eng_db *db, uint64_t free_bytes);
 
 /* Manifest: log an edit (durably) and apply its non-table parts.  Caller
  * holds man_mu. */

@@ -16,6 +16,8 @@
  *   1 next_number  2 last_seq  3 wal_min
  *   4 add table (level, number, off, len, owner)   5 delete table (level, number)
  *   6 WAL segment (log_no, off, len)   7 slab (off, len)   8 slab freed (off, len)
+ *   9 blob slab (off, len)   10 blob slab freed (off, len)   (file-data extents,
+ *     engine/blob.c)
  * Unknown tags are an error (-DKV_E_VERSION): a newer format is not guessed at.
  *
  * Locking: callers hold db->man_mu for everything that writes.
@@ -41,6 +43,8 @@ enum {
 	TAG_SEG,
 	TAG_SLAB,
 	TAG_SLAB_FREE,
+	TAG_BLOB_SLAB,
+	TAG_BLOB_SLAB_FREE,
 };
 
 /* ---------------------------------------------------------------- edits */
@@ -52,6 +56,8 @@ void eng_edit_release(struct eng_edit *e)
 	free(e->segs);
 	free(e->slabs);
 	free(e->slab_frees);
+	free(e->bslabs);
+	free(e->bslab_frees);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -110,6 +116,20 @@ int eng_edit_free_slab(struct eng_edit *e, uint64_t off, uint64_t len)
 	return push((void **)&e->slab_frees, &e->nslab_frees, sizeof(x), &x);
 }
 
+int eng_edit_add_bslab(struct eng_edit *e, uint64_t off, uint64_t len)
+{
+	struct mn_extent x = { off, len };
+
+	return push((void **)&e->bslabs, &e->nbslabs, sizeof(x), &x);
+}
+
+int eng_edit_free_bslab(struct eng_edit *e, uint64_t off, uint64_t len)
+{
+	struct mn_extent x = { off, len };
+
+	return push((void **)&e->bslab_frees, &e->nbslab_frees, sizeof(x), &x);
+}
+
 static uint8_t *put_vars(uint8_t *p, int tag, int n, const uint64_t *v)
 {
 	p += put_varint(p, (uint64_t)tag);
@@ -120,7 +140,8 @@ static uint8_t *put_vars(uint8_t *p, int tag, int n, const uint64_t *v)
 
 int eng_edit_encode(const struct eng_edit *e, uint8_t **out, size_t *len)
 {
-	size_t items = 3 + e->nadds + e->ndels + e->nsegs + e->nslabs + e->nslab_frees;
+	size_t items = 3 + e->nadds + e->ndels + e->nsegs + e->nslabs + e->nslab_frees +
+		       e->nbslabs + e->nbslab_frees;
 	uint8_t *buf = malloc(items * 6 * 10 + 1), *p = buf;
 
 	if (!buf)
@@ -157,6 +178,16 @@ int eng_edit_encode(const struct eng_edit *e, uint8_t **out, size_t *len)
 		uint64_t v[2] = { e->slab_frees[i].off, e->slab_frees[i].len };
 
 		p = put_vars(p, TAG_SLAB_FREE, 2, v);
+	}
+	for (size_t i = 0; i < e->nbslabs; i++) {
+		uint64_t v[2] = { e->bslabs[i].off, e->bslabs[i].len };
+
+		p = put_vars(p, TAG_BLOB_SLAB, 2, v);
+	}
+	for (size_t i = 0; i < e->nbslab_frees; i++) {
+		uint64_t v[2] = { e->bslab_frees[i].off, e->bslab_frees[i].len };
+
+		p = put_vars(p, TAG_BLOB_SLAB_FREE, 2, v);
 	}
 	*out = buf;
 	*len = (size_t)(p - buf);
@@ -224,6 +255,14 @@ int eng_edit_decode(const uint8_t *p, size_t len, struct eng_edit *e)
 			r = tag == TAG_SLAB ? eng_edit_add_slab(e, v[0], v[1])
 					    : eng_edit_free_slab(e, v[0], v[1]);
 			break;
+		case TAG_BLOB_SLAB:
+		case TAG_BLOB_SLAB_FREE:
+			p = get_vars(p, end, 2, v);
+			if (!p)
+				return -EBADMSG;
+			r = tag == TAG_BLOB_SLAB ? eng_edit_add_bslab(e, v[0], v[1])
+						 : eng_edit_free_bslab(e, v[0], v[1]);
+			break;
 		default:
 			return -DKV_E_VERSION;
 		}
@@ -268,6 +307,16 @@ static int edit_fold(struct eng_edit *s, const struct eng_edit *d)
 		for (size_t j = 0; j < s->nslabs; j++) {
 			if (s->slabs[j].off == d->slab_frees[i].off) {
 				s->slabs[j] = s->slabs[--s->nslabs];
+				break;
+			}
+		}
+	}
+	for (size_t i = 0; i < d->nbslabs && !r; i++)
+		r = push((void **)&s->bslabs, &s->nbslabs, sizeof(s->bslabs[0]), &d->bslabs[i]);
+	for (size_t i = 0; i < d->nbslab_frees; i++) {
+		for (size_t j = 0; j < s->nbslabs; j++) {
+			if (s->bslabs[j].off == d->bslab_frees[i].off) {
+				s->bslabs[j] = s->bslabs[--s->nbslabs];
 				break;
 			}
 		}
@@ -446,6 +495,8 @@ int eng_manifest_state(struct eng_db *db, struct eng_edit *e)
 	e->wal_min = db->wal_min;
 	for (size_t i = 0; i < db->nslabs && !r; i++)
 		r = eng_edit_add_slab(e, db->slabs[i].off, db->slabs[i].len);
+	for (size_t i = 0; i < db->nbslabs && !r; i++)
+		r = eng_edit_add_bslab(e, db->bslabs[i].off, db->bslabs[i].len);
 	for (size_t i = 0; i < db->nsegs && !r; i++)
 		r = eng_edit_add_seg(e, db->segs[i].log_no, db->segs[i].off, db->segs[i].len);
 	for (int l = 0; v && l < ENG_LEVELS && !r; l++) {

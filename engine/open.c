@@ -39,6 +39,9 @@ static bool extent_known(struct eng_db *db, const struct eng_version *v, uint64_
 	for (size_t i = 0; i < db->nslabs; i++)
 		if (db->slabs[i].off == off)
 			return true;
+	for (size_t i = 0; i < db->nbslabs; i++)
+		if (db->bslabs[i].off == off)
+			return true;
 	for (int l = 0; l < ENG_LEVELS; l++)
 		for (size_t i = 0; i < v->nfiles[l]; i++)
 			if (v->files[l][i]->owner == ENG_TABLE_NODE && v->files[l][i]->off == off)
@@ -205,6 +208,7 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->man_mu, NULL);
 	pthread_mutex_init(&db->free_mu, NULL);
 	pthread_mutex_init(&db->reclaim_mu, NULL);
+	pthread_mutex_init(&db->blob_mu, NULL);
 	eng_cond_init(&db->flush_cv);
 	eng_cond_init(&db->done_cv);
 	db->snaps.next = db->snaps.prev = &db->snaps;
@@ -256,6 +260,8 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	} else {
 		r = load_state(db, &st);
 	}
+	if (!r)
+		r = eng_blob_init(db, st.bslabs, st.nbslabs);
 	if (r)
 		goto fail;
 	if (!db->read_only && !fresh)
@@ -331,8 +337,12 @@ int eng_close(eng_db *db)
 	 * state its installs touch goes away. */
 	eng_compaction_stop(db);
 	if (db->mc && !db->read_only && db->mem && db->current) {
-		int r2 = eng_wal_sync(db);
+		int r2 = eng_blob_sync_data(db);
 
+		if (!r2)
+			r2 = eng_wal_sync(db);
+		if (!r2 && db->balloc)
+			eng_blob_release(db);
 		if (!r)
 			r = r2;
 	}
@@ -352,6 +362,7 @@ int eng_close(eng_db *db)
 	mn_client_close(db->mc);
 	eng_batch_release(&db->group);
 	eng_alloc_destroy(db->alloc);
+	eng_blob_fini(db);
 	free(db->pending);
 	free(db->segs);
 	free(db->slabs);
@@ -362,6 +373,7 @@ int eng_close(eng_db *db)
 	pthread_mutex_destroy(&db->man_mu);
 	pthread_mutex_destroy(&db->free_mu);
 	pthread_mutex_destroy(&db->reclaim_mu);
+	pthread_mutex_destroy(&db->blob_mu);
 	pthread_cond_destroy(&db->flush_cv);
 	pthread_cond_destroy(&db->done_cv);
 	free(db);

@@ -5,9 +5,11 @@
  * Opening (fs_create):
  *   superblock absent  -> fresh filesystem: superblock + root marker, one batch
  *   superblock present -> check version and chunk size, then for every intent
- *                         key 'I' id -> size, delete the chunks of id beyond
- *                         size (fs_reclaim): what an interrupted rewrite, an
- *                         unlinked-while-open file or a crash mid-write left.
+ *                         key 'I' id delete the chunks of id (fs_reclaim):
+ *                         what a rewrite or an unlinked-while-open file left
+ *                         at a crash; remove crash-left hidden files; hand the
+ *                         surviving extent pointers to the store, which frees
+ *                         every extent written but never committed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -24,8 +26,6 @@
 #include "common/log.h"
 #include "fs/fs_int.h"
 
-#define RECLAIM_BATCH 256
-#define RECLAIM_DIRECT_MAX 4096 /* chunks (1 GiB) deleted without a range scan */
 
 int64_t fs_now_ns(void)
 {
@@ -57,7 +57,7 @@ void fs_rec_init_new(struct fs_rec *rec, uint32_t mode, uint32_t uid, uint32_t g
 
 static int put_super(struct fs_ctx *fs, uint64_t next_id, struct fs_kv_batch *into)
 {
-	struct fs_super s = { .version = FS_REC_VERSION, .chunk_shift = FS_CHUNK_SHIFT,
+	struct fs_super s = { .version = FS_FORMAT_VERSION, .chunk_shift = FS_CHUNK_SHIFT,
 			      .next_id = next_id };
 	uint8_t buf[FS_SUPER_LEN];
 	uint8_t key = FS_SUPER_PREFIX;
@@ -287,84 +287,6 @@ int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_ke
 	return rc;
 }
 
-int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from, uint64_t upto)
-{
-	uint8_t lo[FS_CHUNK_KEY_LEN], hi[FS_CHUNK_KEY_LEN], ik[FS_INTENT_KEY_LEN];
-	uint64_t first = (from + FS_CHUNK_SIZE - 1) >> FS_CHUNK_SHIFT;
-	struct fs_kv_iter *it = NULL;
-	struct fs_kv_batch *b = NULL;
-	uint64_t n = 0;
-	int rc = 0;
-
-	FS_COUNT(fs, reclaims, 1);
-	b = fs_kv_batch_create(fs->kv);
-	if (!b)
-		return -ENOMEM;
-	/* the chunk holding from keeps only its first from % CHUNK bytes */
-	if (from % FS_CHUNK_SIZE) {
-		uint32_t keep = from % FS_CHUNK_SIZE;
-		void *v = NULL;
-		size_t vl = 0;
-		fs_key_chunk(lo, data_id, from >> FS_CHUNK_SHIFT);
-		rc = fs_kv_get(fs->kv, lo, sizeof(lo), &v, &vl);
-		if (rc == 0 && vl > keep)
-			rc = fs_kv_batch_put(b, lo, sizeof(lo), v, keep);
-		free(v);
-		if (rc && rc != -ENOENT)
-			goto out;
-	}
-	if (upto != UINT64_MAX) {
-		/* sizes known: delete the possible chunk keys, no range scan */
-		uint64_t end = (upto + FS_CHUNK_SIZE - 1) >> FS_CHUNK_SHIFT;
-		if (end <= first || end - first <= RECLAIM_DIRECT_MAX) {
-			for (uint64_t i = first; i < end && !rc; i++) {
-				fs_key_chunk(lo, data_id, i);
-				rc = fs_kv_batch_delete(b, lo, sizeof(lo));
-				n++;
-			}
-			if (rc)
-				goto out;
-			goto done;
-		}
-	}
-	fs_key_chunk(lo, data_id, first);
-	fs_key_chunk(hi, data_id + 1, 0);
-	rc = fs_kv_iter_create(fs->kv, lo, sizeof(lo), hi, sizeof(hi), &it);
-	if (rc)
-		goto out;
-	for (rc = fs_kv_iter_seek(it, lo, sizeof(lo)); rc == 0; rc = fs_kv_iter_next(it)) {
-		size_t kl;
-		const void *k = fs_kv_iter_key(it, &kl);
-		rc = fs_kv_batch_delete(b, k, kl);
-		if (rc)
-			goto out;
-		if (++n % RECLAIM_BATCH == 0) {
-			rc = fs_kv_write(fs->kv, b, false);
-			fs_kv_batch_destroy(b);
-			b = fs_kv_batch_create(fs->kv);
-			if (rc || !b) {
-				rc = rc ? rc : -ENOMEM;
-				goto out;
-			}
-		}
-	}
-	if (rc < 0)
-		goto out;
-done:
-	fs_key_intent(ik, data_id);
-	rc = fs_kv_batch_delete(b, ik, sizeof(ik));
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
-	FS_COUNT(fs, reclaimed_chunks, n);
-out:
-	fs_kv_iter_destroy(it);
-	fs_kv_batch_destroy(b);
-	if (rc)
-		dkv_warn("reclaiming data %" PRIu64 " failed: %s (retried at next mount)", data_id,
-			 dkv_strerror(rc));
-	return rc;
-}
-
 void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -433,9 +355,16 @@ static int load_or_make(struct fs_ctx *fs)
 		dkv_err("the volume's superblock is corrupt or not dkvfs's");
 		return rc;
 	}
-	if (s.version != FS_REC_VERSION || s.chunk_shift != FS_CHUNK_SHIFT) {
+	if (s.version == 1) {
+		dkv_err("the volume has filesystem format 1 (file data inside the LSM), made by an "
+			"older dkvfs; this one reads format %u only (file data in extents): copy the "
+			"files out with the older build and into a fresh volume",
+			FS_FORMAT_VERSION);
+		return -DKV_E_VERSION;
+	}
+	if (s.version != FS_FORMAT_VERSION || s.chunk_shift != FS_CHUNK_SHIFT) {
 		dkv_err("the volume has filesystem format %u (chunk shift %u); this dkvfs speaks %u (%u)",
-			s.version, s.chunk_shift, FS_REC_VERSION, FS_CHUNK_SHIFT);
+			s.version, s.chunk_shift, FS_FORMAT_VERSION, FS_CHUNK_SHIFT);
 		return -DKV_E_VERSION;
 	}
 	/* ids below next_id may have been handed out before a crash */
@@ -443,12 +372,13 @@ static int load_or_make(struct fs_ctx *fs)
 	return 0;
 }
 
-/* Reclaim what every intent key names. */
+/* Reclaim what every intent key names (its value, once a byte offset, is
+ * always 0 in format 2: a whole data id goes). */
 static int recover_intents(struct fs_ctx *fs)
 {
 	const uint8_t lo = FS_INTENT_PREFIX, hi = FS_INTENT_PREFIX + 1;
 	struct fs_kv_iter *it = NULL;
-	uint64_t *ids = NULL, *froms = NULL;
+	uint64_t *ids = NULL;
 	size_t n = 0, cap = 0;
 	int rc = fs_kv_iter_create(fs->kv, &lo, 1, &hi, 1, &it);
 	if (rc)
@@ -456,36 +386,31 @@ static int recover_intents(struct fs_ctx *fs)
 	for (rc = fs_kv_iter_seek(it, &lo, 1); rc == 0; rc = fs_kv_iter_next(it)) {
 		size_t kl, vl;
 		const uint8_t *k = fs_kv_iter_key(it, &kl);
-		const uint8_t *v = fs_kv_iter_value(it, &vl);
 		uint64_t id;
+		(void)fs_kv_iter_value(it, &vl);
 		if (!fs_key_parse_intent(k, kl, &id) || vl != 8) {
 			dkv_warn("ignoring a malformed intent key (%zu/%zu bytes)", kl, vl);
 			continue;
 		}
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
-			uint64_t *a = realloc(ids, cap * sizeof(*a)), *f;
-			if (a)
-				ids = a;
-			f = a ? realloc(froms, cap * sizeof(*f)) : NULL;
-			if (!a || !f) {
+			uint64_t *a = realloc(ids, cap * sizeof(*a));
+			if (!a) {
 				rc = -ENOMEM;
 				break;
 			}
-			froms = f;
+			ids = a;
 		}
-		ids[n] = id;
-		froms[n++] = get_u64(v);
+		ids[n++] = id;
 	}
 	fs_kv_iter_destroy(it);
 	if (rc > 0)
 		rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = fs_reclaim(fs, ids[i], froms[i], UINT64_MAX);
+		rc = fs_reclaim(fs, ids[i], UINT64_MAX);
 	if (n)
 		dkv_info("reclaimed the chunks of %zu interrupted writes or deleted files", n);
 	free(ids);
-	free(froms);
 	return rc;
 }
 
@@ -537,7 +462,7 @@ static int recover_hidden(struct fs_ctx *fs)
 		if (!rc)
 			rc = fs_kv_write(fs->kv, b, false);
 		if (!rc && reclaim)
-			rc = fs_reclaim(fs, reclaim, 0, upto);
+			rc = fs_reclaim(fs, reclaim, upto);
 		free(rv);
 		fs_rec_release(&rec);
 		fs_kv_batch_destroy(b);
@@ -573,6 +498,8 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 		rc = recover_intents(fs);
 	if (!rc && !fs->opts.read_only)
 		rc = recover_hidden(fs);
+	if (!rc && !fs->opts.read_only)
+		rc = fs_extent_recover(fs);
 	if (rc) {
 		fs_destroy(fs);
 		return rc;
@@ -631,14 +558,14 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
 		"\nfs_readdir_entries: %" PRIu64 "\nfs_readdir_seeks: %" PRIu64
 		"\nfs_reclaims: %" PRIu64 "\nfs_reclaimed_chunks: %" PRIu64 "\nfs_errors: %" PRIu64
-		"\nfs_atime_dropped: %" PRIu64 "\nfs_cow_switches: %" PRIu64
-		"\nfs_cow_copied_chunks: %" PRIu64 "\n",
+		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64
+		"\nfs_extent_write_bytes: %" PRIu64 "\nfs_extent_frees: %" PRIu64 "\n",
 		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
 		C(renames), C(renamed_keys), C(commits), C(commit_bytes), C(early_flushes),
 		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
 		C(write_bytes), C(readdir_entries), C(readdir_seeks), C(reclaims),
-		C(reclaimed_chunks), C(errors), C(atime_dropped), C(cow_switches),
-		C(cow_copied_chunks));
+		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes),
+		C(extent_write_bytes), C(extent_frees));
 #undef C
 	if (m > 0)
 		n += (size_t)m < cap - n ? (size_t)m : cap - n - 1;

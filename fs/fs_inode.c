@@ -7,8 +7,11 @@
  * Data states of a regular file (rec.flags & FS_REC_CHUNKED):
  *   inline   size <= FS_INLINE_MAX: the bytes are in inl[] and committed
  *            inside the metadata record.
- *   chunked  the bytes are chunks 'C' data_id index; dirty chunks are whole
- *            256 KiB images in memory (zero beyond size).
+ *   chunked  the bytes are 256 KiB chunks under rec.data_id; each stored
+ *            chunk key holds a pointer to an extent (fs_extent.c).  A chunk
+ *            that differs from the committed one is either *dirty* (a whole
+ *            256 KiB image in memory, zero beyond size) or *staged* (already
+ *            written to a fresh extent that no stored pointer names yet).
  *   inline -> chunked      a write or truncate past FS_INLINE_MAX: a FRESH
  *                          data id, chunk 0 = the inline bytes.
  *   chunked -> inline      truncate to <= FS_INLINE_MAX (incl. O_TRUNC): the
@@ -16,16 +19,16 @@
  *                          names it until the next commit, so a crash keeps
  *                          the old content.
  *
- * Commit (fs_inode_commit, on flush/fsync/close/metadata change) is ONE
- * batch: dirty chunks, trimmed chunks, the record, the intent delete for the
- * current data id and an intent put for every retired one; then the retired
- * ids are reclaimed.  A writer that holds more than max_dirty_chunks dirty
- * chunks writes them early ("early flush") after first putting an intent key
- * (data id -> committed size), so a crash before the commit leaves at worst
- * chunks that the next mount deletes: a file is always its old content or
- * its new one, never garbage.  An early flush that would overwrite chunks the
- * committed record names first moves the file to a fresh data id
- * (cow_switch), so in-place overwrites keep that promise too.
+ * File bytes are written once: a writer holding more than max_dirty_chunks
+ * dirty chunks writes them to fresh extents ("early flush", all WRITEs in
+ * flight together) and keeps only their pointers; nothing goes to the LSM.
+ * Commit (fs_inode_commit, on flush/fsync/close/metadata change) writes the
+ * remaining dirty chunks the same way, then ONE batch: every staged chunk's
+ * pointer, deletes of trimmed chunks, the record, and an intent put for every
+ * retired data id; after it, the extents it replaced or trimmed are freed and
+ * the retired ids reclaimed.  Every chunk change is copy-on-write, so a crash
+ * at any point leaves the committed content — old or new, never a mix — and
+ * extents no pointer names, which the next mount frees (fs_extent_recover).
  *
  * Invariant: stored chunk bytes never extend past the in-memory size (a
  * truncate below a stored chunk deletes or trims it in an immediate commit),
@@ -55,13 +58,6 @@ static bool is_chunked(const struct fs_inode *ino)
 	return ino->rec.flags & FS_REC_CHUNKED;
 }
 
-static void free_chunks(struct fs_inode *ino)
-{
-	for (size_t i = 0; i < ino->nchunks; i++)
-		free(ino->chunks[i].buf);
-	ino->nchunks = 0;
-}
-
 static void drop_clean(struct fs_inode *ino)
 {
 	free(ino->clean.buf);
@@ -72,7 +68,8 @@ static void inode_free(struct fs_inode *ino)
 {
 	if (!ino)
 		return;
-	free_chunks(ino);
+	for (size_t i = 0; i < ino->nchunks; i++)
+		free(ino->chunks[i].buf);
 	free(ino->chunks);
 	drop_clean(ino);
 	free(ino->retired);
@@ -210,43 +207,50 @@ static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 	return m > c ? m : c;
 }
 
+/* Forget every chunk entry (after a commit made them the stored ones). */
+static void forget_chunks(struct fs_inode *ino)
+{
+	for (size_t i = 0; i < ino->nchunks; i++)
+		free(ino->chunks[i].buf);
+	ino->nchunks = 0;
+}
+
+/* Drop every chunk entry as uncommitted: staged extents are freed (no
+ * stored pointer names them). */
+static void drop_chunks(struct fs_ctx *fs, struct fs_inode *ino)
+{
+	for (size_t i = 0; i < ino->nchunks; i++) {
+		struct fs_chunk *c = &ino->chunks[i];
+		if (c->staged && c->ext.len) {
+			fs_kv_ext_free(fs->kv, &c->ext, 1);
+			FS_COUNT(fs, extent_frees, 1);
+		}
+	}
+	forget_chunks(ino);
+}
+
 static void reclaim_all(struct fs_ctx *fs, struct fs_inode *ino)
 {
-	uint64_t cur = is_chunked(ino) ? ino->rec.data_id : 0;
+	drop_chunks(fs, ino);
 	if (ino->committed_data_id)
-		fs_reclaim(fs, ino->committed_data_id, 0,
-			   ino->committed_data_id == cur ?
-				   max3(ino->committed_size, ino->rec.size, ino->hwm) :
-				   ino->committed_size);
-	if (cur && cur != ino->committed_data_id)
-		fs_reclaim(fs, cur, 0, max3(0, ino->rec.size, ino->hwm));
+		fs_reclaim(fs, ino->committed_data_id, ino->committed_size);
 	for (size_t i = 0; i < ino->nretired; i++)
 		if (ino->retired[i].data_id != ino->committed_data_id)
-			fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
+			fs_reclaim(fs, ino->retired[i].data_id, ino->retired[i].upto);
 }
 
 /* The last handle of a file whose last commit failed is gone: what it wrote
  * since that commit is lost (its record still names the committed data).
- * Give back now what the next mount's intent sweep would: the chunks of
- * data ids it never committed, and those it flushed past the committed size
- * of the committed id.  Until then they would sit on a volume that is often
- * full (a failed commit is mostly ENOSPC), and the writes that fail there
- * would each leave more behind.  A failure here leaves the intents, and the
- * next mount reclaims. */
+ * Give back now the extents it wrote for that (a failed commit is mostly
+ * ENOSPC, and every failing write would leave more behind), and the data
+ * ids it retired that the committed record does not name.  Whatever fails
+ * here the next mount's recovery frees. */
 static void reclaim_uncommitted(struct fs_ctx *fs, struct fs_inode *ino)
 {
-	uint64_t cur = is_chunked(ino) ? ino->rec.data_id : 0;
-	uint64_t upto = max3(0, ino->rec.size, ino->hwm);
-	if (cur && ino->intent) {
-		if (cur != ino->committed_data_id)
-			fs_reclaim(fs, cur, 0, upto);
-		else if (upto > ino->committed_size)
-			fs_reclaim(fs, cur, ino->committed_size, upto);
-	}
+	drop_chunks(fs, ino);
 	for (size_t i = 0; i < ino->nretired; i++)
-		if (ino->retired[i].data_id != ino->committed_data_id &&
-		    ino->retired[i].data_id != cur)
-			fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
+		if (ino->retired[i].data_id != ino->committed_data_id)
+			fs_reclaim(fs, ino->retired[i].data_id, ino->retired[i].upto);
 }
 
 void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino)
@@ -294,176 +298,134 @@ int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto)
 
 /* ---- chunks ---- */
 
-/* Fill buf with chunk idx as the file holds it (not looking at dirty chunks). */
-static int chunk_fill(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, uint8_t *buf)
-{
-	uint64_t start = idx << FS_CHUNK_SHIFT;
-	memset(buf, 0, CH);
-	if (start >= ino->rec.size)
-		return 0; /* beyond EOF: zeros, nothing stored */
-	if (ino->clean.buf && ino->clean.idx == idx) {
-		memcpy(buf, ino->clean.buf, CH);
-		return 0;
-	}
-	uint8_t key[FS_CHUNK_KEY_LEN];
-	void *v = NULL;
-	size_t vl = 0;
-	fs_key_chunk(key, ino->rec.data_id, idx);
-	int rc = fs_kv_get(fs->kv, key, sizeof(key), &v, &vl);
-	if (rc == -ENOENT)
-		return 0; /* hole */
-	if (rc)
-		return rc;
-	FS_COUNT(fs, chunk_loads, 1);
-	FS_COUNT(fs, chunk_load_bytes, vl);
-	if (vl > CH) {
-		free(v);
-		dkv_err("chunk %" PRIu64 "/%" PRIu64 " holds %zu bytes: corrupt", ino->rec.data_id,
-			idx, vl);
-		return -EIO;
-	}
-	memcpy(buf, v, vl);
-	free(v);
-	/* nothing past EOF, whatever the store says */
-	if (ino->rec.size - start < CH)
-		memset(buf + (ino->rec.size - start), 0, CH - (ino->rec.size - start));
-	return 0;
-}
-
 static struct fs_chunk *dirty_find(struct fs_inode *ino, uint64_t idx)
 {
+	/* writes are mostly sequential: the newest entry first */
+	if (ino->nchunks && ino->chunks[ino->nchunks - 1].idx == idx)
+		return &ino->chunks[ino->nchunks - 1];
 	for (size_t i = 0; i < ino->nchunks; i++)
 		if (ino->chunks[i].idx == idx)
 			return &ino->chunks[i];
 	return NULL;
 }
 
-/* Add chunk c to b as stored bytes: up to EOF, trailing zeros dropped; an
- * all-zero chunk is deleted (a hole reads the same). */
-static int emit_chunk(struct fs_kv_batch *b, const struct fs_inode *ino, const struct fs_chunk *c,
-		      uint64_t *bytes)
+/* Fill buf with chunk idx as the file holds it: the clean cache, a staged
+ * extent, or the stored one (not looking at dirty buffers). */
+static int chunk_fill(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, uint8_t *buf)
 {
-	uint8_t key[FS_CHUNK_KEY_LEN];
+	uint64_t start = idx << FS_CHUNK_SHIFT;
+	struct fs_chunk *c;
+	int rc;
+	if (start >= ino->rec.size) {
+		memset(buf, 0, CH);
+		return 0; /* beyond EOF: zeros, nothing stored */
+	}
+	if (ino->clean.buf && ino->clean.idx == idx) {
+		memcpy(buf, ino->clean.buf, CH);
+		return 0;
+	}
+	c = dirty_find(ino, idx);
+	if (c && c->staged) {
+		memset(buf, 0, CH);
+		rc = fs_kv_ext_get(fs->kv, &c->ext, buf);
+		if (rc) {
+			dkv_err("inode %" PRIu64 ": a chunk it wrote cannot be read back (%s)",
+				ino->ino, dkv_strerror(rc));
+			return -EIO;
+		}
+	} else {
+		rc = fs_chunk_load(fs, ino->rec.data_id, idx, buf);
+		if (rc == -ENOENT) {
+			memset(buf, 0, CH);
+			return 0; /* hole */
+		}
+		if (rc)
+			return rc;
+	}
+	/* nothing past EOF, whatever the store says */
+	if (ino->rec.size - start < CH)
+		memset(buf + (ino->rec.size - start), 0, CH - (ino->rec.size - start));
+	return 0;
+}
+
+/* Bytes of chunk c worth storing: up to EOF, trailing zeros dropped. */
+static size_t stored_len(const struct fs_inode *ino, const struct fs_chunk *c)
+{
 	uint64_t start = c->idx << FS_CHUNK_SHIFT;
 	size_t n = ino->rec.size > start ? (size_t)(ino->rec.size - start < CH ? ino->rec.size - start : CH) : 0;
 	while (n && c->buf[n - 1] == 0)
 		n--;
-	fs_key_chunk(key, ino->rec.data_id, c->idx);
-	*bytes += n;
-	if (!n)
-		return fs_kv_batch_delete(b, key, sizeof(key));
-	return fs_kv_batch_put(b, key, sizeof(key), c->buf, n);
+	return n;
 }
 
-#define COW_BATCH_CHUNKS 16
-
-/* Does an early flush now write over chunks the committed record names? */
-static bool overwrites_committed(const struct fs_inode *ino)
+/* Write every dirty chunk to a fresh extent, all WRITEs in flight at once;
+ * the chunks become staged.  The newest buffer stays as the clean read
+ * cache.  Nothing is stored in the LSM: a crash before the commit leaves
+ * extents that the next mount frees, and the file as committed. */
+static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 {
-	if (ino->rec.data_id != ino->committed_data_id)
-		return false;
-	for (size_t i = 0; i < ino->nchunks; i++)
-		if ((ino->chunks[i].idx << FS_CHUNK_SHIFT) < ino->committed_size)
-			return true;
-	return false;
-}
-
-/* Copy-on-write before an early flush that would overwrite committed
- * chunks in place (dd conv=notrunc, rsync --inplace, a database's pages):
- * move the file to a FRESH data id — under an intent key that makes the
- * next mount delete it all if no commit names it — and copy every stored
- * chunk that is not dirty there; the old id is retired, so the record keeps
- * naming the old, whole content until the commit switches it in one batch.
- * A crash in between leaves the old content, never a mix.  Costs one copy
- * of the file's other chunks, once per commit interval. */
-static int cow_switch(struct fs_ctx *fs, struct fs_inode *ino)
-{
-	uint64_t old = ino->rec.data_id, id, n = (ino->rec.size + CH - 1) >> FS_CHUNK_SHIFT;
-	uint64_t upto = max3(ino->hwm, ino->rec.size, ino->committed_size);
-	struct fs_kv_batch *b = NULL;
-	size_t inb = 0;
-	int rc = fs_alloc_id(fs, &id);
-	if (rc)
-		return rc;
-	b = fs_kv_batch_create(fs->kv);
-	if (!b)
-		return -ENOMEM;
-	rc = fs_batch_put_intent(b, id, 0);
-	for (uint64_t idx = 0; idx < n && !rc; idx++) {
-		uint8_t okey[FS_CHUNK_KEY_LEN], nkey[FS_CHUNK_KEY_LEN];
-		void *v = NULL;
-		size_t vl = 0;
-		if (dirty_find(ino, idx))
-			continue;
-		fs_key_chunk(okey, old, idx);
-		rc = fs_kv_get(fs->kv, okey, sizeof(okey), &v, &vl);
-		if (rc == -ENOENT) {
-			rc = 0; /* a hole stays a hole */
-			continue;
-		}
-		if (rc)
-			break;
-		fs_key_chunk(nkey, id, idx);
-		rc = fs_kv_batch_put(b, nkey, sizeof(nkey), v, vl);
-		free(v);
-		FS_COUNT(fs, cow_copied_chunks, 1);
-		if (!rc && ++inb == COW_BATCH_CHUNKS) {
-			rc = fs_kv_write(fs->kv, b, false);
-			fs_kv_batch_destroy(b);
-			b = rc ? NULL : fs_kv_batch_create(fs->kv);
-			if (!rc && !b)
-				rc = -ENOMEM;
-			inb = 0;
-		}
-	}
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
-	fs_kv_batch_destroy(b);
-	if (!rc)
-		rc = fs_inode_retire(ino, old, upto);
-	if (rc) {
-		fs_reclaim(fs, id, 0, upto); /* the copies so far; the intent covers a crash */
-		return rc;
-	}
-	ino->rec.data_id = id;
-	ino->intent = true; /* the intent of the new id, written above */
-	FS_COUNT(fs, cow_switches, 1);
-	return 0;
-}
-
-/* Write every dirty chunk now, under an intent key (see the file comment). */
-static int early_flush(struct fs_ctx *fs, struct fs_inode *ino)
-{
-	struct fs_kv_batch *b;
+	size_t n = 0, last = SIZE_MAX;
+	const void **data = NULL;
+	size_t *len = NULL, *at = NULL;
+	struct fs_extent *out = NULL;
 	uint64_t bytes = 0;
 	int rc = 0;
-	if (overwrites_committed(ino)) {
-		rc = cow_switch(fs, ino);
-		if (rc)
-			return rc;
+	for (size_t i = 0; i < ino->nchunks; i++)
+		if (ino->chunks[i].buf)
+			n++;
+	if (!n)
+		return 0;
+	data = calloc(n, sizeof(*data));
+	len = calloc(n, sizeof(*len));
+	at = calloc(n, sizeof(*at));
+	out = calloc(n, sizeof(*out));
+	if (!data || !len || !at || !out) {
+		rc = -ENOMEM;
+		goto out;
 	}
-	b = fs_kv_batch_create(fs->kv);
-	if (!b)
-		return -ENOMEM;
-	if (!ino->intent)
-		rc = fs_batch_put_intent(b, ino->rec.data_id,
-				ino->rec.data_id == ino->committed_data_id ? ino->committed_size : 0);
-	for (size_t i = 0; i < ino->nchunks && !rc; i++)
-		rc = emit_chunk(b, ino, &ino->chunks[i], &bytes);
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
-	fs_kv_batch_destroy(b);
+	n = 0;
+	for (size_t i = 0; i < ino->nchunks; i++) {
+		struct fs_chunk *c = &ino->chunks[i];
+		if (!c->buf)
+			continue;
+		data[n] = c->buf;
+		len[n] = stored_len(ino, c);
+		bytes += len[n];
+		at[n++] = i;
+		last = i;
+	}
+	rc = fs_kv_ext_put(fs->kv, n, data, len, out);
 	if (rc)
-		return rc;
-	ino->intent = true;
-	/* keep the newest chunk as the clean read cache */
-	drop_clean(ino);
-	ino->clean = ino->chunks[ino->nchunks - 1];
-	ino->nchunks--;
-	free_chunks(ino);
-	FS_COUNT(fs, early_flushes, 1);
-	FS_COUNT(fs, commit_bytes, bytes);
-	return 0;
+		goto out;
+	for (size_t j = 0; j < n; j++) {
+		struct fs_chunk *c = &ino->chunks[at[j]];
+		c->ext = out[j];
+		c->staged = true;
+		if (at[j] == last) {
+			drop_clean(ino);
+			ino->clean = (struct fs_chunk){ .idx = c->idx, .buf = c->buf };
+		} else {
+			free(c->buf);
+		}
+		c->buf = NULL;
+	}
+	FS_COUNT(fs, extent_writes, n);
+	FS_COUNT(fs, extent_write_bytes, bytes);
+out:
+	free(data);
+	free(len);
+	free(at);
+	free(out);
+	return rc;
+}
+
+static size_t dirty_count(const struct fs_inode *ino)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ino->nchunks; i++)
+		if (ino->chunks[i].buf)
+			n++;
+	return n;
 }
 
 /* The dirty chunk idx, loading it (unless the caller overwrites it whole)
@@ -473,14 +435,16 @@ static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool
 {
 	struct fs_chunk *c = dirty_find(ino, idx);
 	int rc;
-	if (c) {
+	if (c && c->buf) {
 		*out = c;
 		return 0;
 	}
-	if (ino->nchunks >= fs->opts.max_dirty_chunks) {
-		rc = early_flush(fs, ino);
+	if (dirty_count(ino) >= (size_t)fs->opts.max_dirty_chunks) {
+		rc = stage_dirty(fs, ino);
 		if (rc)
 			return rc;
+		FS_COUNT(fs, early_flushes, 1);
+		c = dirty_find(ino, idx);
 	}
 	uint8_t *buf;
 	if (ino->clean.buf && ino->clean.idx == idx && (idx << FS_CHUNK_SHIFT) < ino->rec.size) {
@@ -500,6 +464,18 @@ static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool
 			return rc;
 		}
 	}
+	if (c) {
+		/* staged, now written again: its extent was never committed */
+		if (c->ext.len) {
+			fs_kv_ext_free(fs->kv, &c->ext, 1);
+			FS_COUNT(fs, extent_frees, 1);
+		}
+		c->staged = false;
+		c->ext = (struct fs_extent){ 0 };
+		c->buf = buf;
+		*out = c;
+		return 0;
+	}
 	struct fs_chunk *n = realloc(ino->chunks, (ino->nchunks + 1) * sizeof(*n));
 	if (!n) {
 		free(buf);
@@ -507,8 +483,7 @@ static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool
 	}
 	ino->chunks = n;
 	c = &n[ino->nchunks++];
-	c->idx = idx;
-	c->buf = buf;
+	*c = (struct fs_chunk){ .idx = idx, .buf = buf };
 	*out = c;
 	return 0;
 }
@@ -534,7 +509,6 @@ static int to_chunked(struct fs_ctx *fs, struct fs_inode *ino)
 	n[ino->nchunks++] = (struct fs_chunk){ .idx = 0, .buf = buf };
 	ino->rec.flags |= FS_REC_CHUNKED;
 	ino->rec.data_id = id;
-	ino->intent = false;
 	ino->hwm = ino->rec.size;
 	drop_clean(ino);
 	return 0;
@@ -570,7 +544,7 @@ int fs_inode_read(struct fs_ctx *fs, struct fs_inode *ino, char *buf, size_t siz
 		if (len > n - done)
 			len = n - done;
 		struct fs_chunk *c = dirty_find(ino, idx);
-		if (!c) {
+		if (!c || !c->buf) {
 			if (!ino->clean.buf || ino->clean.idx != idx) {
 				uint8_t *b = ino->clean.buf ? ino->clean.buf : malloc(CH);
 				if (!b)
@@ -677,23 +651,29 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 		rc = fs_inode_retire(ino, ino->rec.data_id, upto);
 		if (rc)
 			return rc;
-		free_chunks(ino);
+		drop_chunks(fs, ino);
 		drop_clean(ino);
 		memset(ino->inl, 0, sizeof(ino->inl));
 		memcpy(ino->inl, tmp, size);
 		ino->rec.flags &= (uint16_t)~FS_REC_CHUNKED;
 		ino->rec.data_id = 0;
-		ino->intent = false;
 		ino->rec.size = size;
 	} else {
-		/* shrink in place: drop what lies past the end, zero the tail of the
-		 * boundary chunk, and commit now with deletes of the stored rest */
+		/* shrink in place: drop what lies past the end (staged extents
+		 * included), zero the tail of the boundary chunk, and commit now
+		 * with deletes of the stored rest */
 		size_t j = 0;
 		for (size_t i = 0; i < ino->nchunks; i++) {
-			if ((ino->chunks[i].idx << FS_CHUNK_SHIFT) >= size)
-				free(ino->chunks[i].buf);
-			else
-				ino->chunks[j++] = ino->chunks[i];
+			struct fs_chunk *c = &ino->chunks[i];
+			if ((c->idx << FS_CHUNK_SHIFT) >= size) {
+				free(c->buf);
+				if (c->staged && c->ext.len) {
+					fs_kv_ext_free(fs->kv, &c->ext, 1);
+					FS_COUNT(fs, extent_frees, 1);
+				}
+			} else {
+				ino->chunks[j++] = *c;
+			}
 		}
 		ino->nchunks = j;
 		drop_clean(ino);
@@ -715,8 +695,50 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 	return 0;
 }
 
-/* Deletes of every stored chunk of the current data id from trim_from on. */
-static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b)
+/* Could a committed pointer sit at chunk idx of the current data id? */
+static bool may_be_stored(const struct fs_inode *ino, uint64_t idx)
+{
+	return ino->committed_data_id && ino->rec.data_id == ino->committed_data_id &&
+	       (idx << FS_CHUNK_SHIFT) < ino->committed_size;
+}
+
+/* Put the pointer of every staged chunk into b; the pointers they replace
+ * go to old. */
+static int add_pointers(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b,
+			struct fs_extent_list *old, uint64_t *bytes)
+{
+	int rc = 0;
+	for (size_t i = 0; i < ino->nchunks && !rc; i++) {
+		const struct fs_chunk *c = &ino->chunks[i];
+		uint8_t key[FS_CHUNK_KEY_LEN], val[FS_EXTENT_LEN];
+		if (!c->staged)
+			continue;
+		if (may_be_stored(ino, c->idx)) {
+			struct fs_extent prev;
+			rc = fs_chunk_pointer(fs, ino->rec.data_id, c->idx, &prev);
+			if (rc == -ENOENT || rc == -EIO) /* a hole, or a pointer to drop */
+				rc = 0;
+			else if (!rc)
+				rc = fs_extent_list_add(old, &prev);
+			if (rc)
+				break;
+		}
+		fs_key_chunk(key, ino->rec.data_id, c->idx);
+		if (!c->ext.len) {
+			rc = fs_kv_batch_delete(b, key, sizeof(key)); /* all zeros: a hole */
+			continue;
+		}
+		fs_extent_encode(&c->ext, val);
+		rc = fs_kv_batch_put(b, key, sizeof(key), val, sizeof(val));
+		*bytes += sizeof(key) + sizeof(val);
+	}
+	return rc;
+}
+
+/* Deletes of every stored chunk of the current data id from trim_from on;
+ * their extents go to old. */
+static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b,
+		    struct fs_extent_list *old)
 {
 	uint8_t lo[FS_CHUNK_KEY_LEN], hi[FS_CHUNK_KEY_LEN];
 	struct fs_kv_iter *it = NULL;
@@ -726,12 +748,16 @@ static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch 
 	if (rc)
 		return rc;
 	for (rc = fs_kv_iter_seek(it, lo, sizeof(lo)); rc == 0; rc = fs_kv_iter_next(it)) {
-		size_t kl;
+		size_t kl, vl;
 		const uint8_t *k = fs_kv_iter_key(it, &kl);
+		const void *v = fs_kv_iter_value(it, &vl);
+		struct fs_extent e;
 		uint64_t id, idx;
 		if (fs_key_parse_chunk(k, kl, &id, &idx) && dirty_find(ino, idx))
 			continue;
 		rc = fs_kv_batch_delete(b, k, kl);
+		if (!rc && fs_extent_decode(v, vl, &e) == 0)
+			rc = fs_extent_list_add(old, &e);
 		if (rc)
 			break;
 	}
@@ -763,23 +789,34 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 		return 0;
 	if (fs->opts.read_only)
 		return -EROFS;
+	if (atomic_load(&ino->unlinked)) {
+		/* nothing to keep: the data goes when the last handle does */
+		ino->dirty = false;
+		return 0;
+	}
+	/* the bytes first, each once, straight into extents; then one batch
+	 * of pointers and the record */
+	int rc = is_chunked(ino) ? stage_dirty(fs, ino) : 0;
+	if (rc) {
+		FS_COUNT(fs, errors, 1);
+		return rc;
+	}
+	struct fs_extent_list old = { 0 };
 	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
 	uint64_t bytes = 0;
-	int rc = 0;
 	if (!b)
 		return -ENOMEM;
 	pthread_rwlock_rdlock(&fs->ns_lock);
 	if (atomic_load(&ino->unlinked)) {
-		/* nothing to keep: the data goes when the last handle does */
 		pthread_rwlock_unlock(&fs->ns_lock);
 		fs_kv_batch_destroy(b);
 		ino->dirty = false;
 		return 0;
 	}
-	for (size_t i = 0; i < ino->nchunks && !rc; i++)
-		rc = emit_chunk(b, ino, &ino->chunks[i], &bytes);
+	if (is_chunked(ino))
+		rc = add_pointers(fs, ino, b, &old, &bytes);
 	if (!rc && ino->trim_from != UINT64_MAX && is_chunked(ino))
-		rc = add_trim(fs, ino, b);
+		rc = add_trim(fs, ino, b, &old);
 	if (!rc && fs_key_is_shared(ino->key, ino->klen)) {
 		/* a hard-linked file: its link count is the store's (renames over
 		 * another name change it without this inode) */
@@ -802,11 +839,6 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 		}
 		bytes += ino->klen + FS_REC_HDR;
 	}
-	if (!rc && ino->intent && is_chunked(ino)) {
-		uint8_t key[FS_INTENT_KEY_LEN];
-		fs_key_intent(key, ino->rec.data_id);
-		rc = fs_kv_batch_delete(b, key, sizeof(key));
-	}
 	for (size_t i = 0; i < ino->nretired && !rc; i++)
 		rc = fs_batch_put_intent(b, ino->retired[i].data_id, 0);
 	if (!rc)
@@ -814,23 +846,22 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 	pthread_rwlock_unlock(&fs->ns_lock);
 	fs_kv_batch_destroy(b);
 	if (rc) {
+		/* staged extents stay staged: the next commit stores them */
+		fs_extent_list_release(&old);
 		FS_COUNT(fs, errors, 1);
 		return rc;
 	}
-	/* keep the last dirty chunk as the clean read cache */
-	if (ino->nchunks) {
-		drop_clean(ino);
-		ino->clean = ino->chunks[ino->nchunks - 1];
-		ino->nchunks--;
-	}
-	free_chunks(ino);
+	/* the replaced and trimmed extents: nothing names them now */
+	FS_COUNT(fs, extent_frees, old.n);
+	fs_extent_list_free(fs, &old);
+	fs_extent_list_release(&old);
+	forget_chunks(ino);
 	ino->committed_data_id = is_chunked(ino) ? ino->rec.data_id : 0;
 	ino->committed_size = ino->rec.size;
-	ino->intent = false;
 	ino->trim_from = UINT64_MAX;
 	ino->dirty = false;
 	for (size_t i = 0; i < ino->nretired; i++)
-		fs_reclaim(fs, ino->retired[i].data_id, 0, ino->retired[i].upto);
+		fs_reclaim(fs, ino->retired[i].data_id, ino->retired[i].upto);
 	free(ino->retired);
 	ino->retired = NULL;
 	ino->nretired = 0;

@@ -27,6 +27,9 @@
 #include "fs/fs_rec.h"
 
 #define FS_ROOT_INO   1
+/* Superblock format: 2 = file data in extents, chunk keys hold pointers
+ * (1 = file bytes in the chunk values; refused with a clear error). */
+#define FS_FORMAT_VERSION 2
 #define FS_FIRST_ID   16
 #define FS_ID_BLOCK   1024
 #define FS_FILE_MAX   (1ull << 44) /* 16 TiB: chunk indexes stay small */
@@ -39,13 +42,26 @@ struct fs_counters {
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
-	_Atomic uint64_t cow_switches, cow_copied_chunks;
+	_Atomic uint64_t extent_writes, extent_write_bytes, extent_frees;
 };
 #define FS_COUNT(fs, field, n) atomic_fetch_add_explicit(&(fs)->cnt.field, (n), memory_order_relaxed)
 
+/* A chunk of an open file that differs from what is committed: its bytes
+ * in buf (dirty), or already written to an extent that no committed pointer
+ * names yet (staged: buf NULL, ext; ext.len 0 is a hole). */
 struct fs_chunk {
 	uint64_t idx;
 	uint8_t *buf; /* FS_CHUNK_SIZE bytes; bytes at file offsets >= size are zero */
+	bool staged;
+	struct fs_extent ext;
+};
+
+/* fs_extent.c: chunk values are extent pointers (docs/record.md). */
+#define FS_EXTENT_LEN 24
+#define FS_EXTENT_VERSION 1
+struct fs_extent_list {
+	struct fs_extent *v;
+	size_t n, cap;
 };
 
 struct fs_retired {
@@ -70,14 +86,13 @@ struct fs_inode {
 	uint8_t inl[FS_INLINE_MAX]; /* inline data; zero beyond rec.size */
 	bool dirty;               /* rec or data differ from what is committed */
 	bool atime_dirty;         /* only rec.atime differs: a store failure drops it */
-	bool intent;              /* an intent key exists for rec.data_id */
 	uint64_t committed_data_id; /* 0: committed record is inline */
 	uint64_t committed_size;
 	struct fs_retired *retired; /* data ids to give up at the next commit */
 	size_t nretired;
 	uint64_t hwm;             /* largest size since rec.data_id was set: no
 				   * chunk of it lies beyond */
-	struct fs_chunk *chunks;  /* dirty chunks */
+	struct fs_chunk *chunks;  /* dirty and staged chunks */
 	size_t nchunks;
 	struct fs_chunk clean;    /* one clean chunk cached for reads (buf NULL: none) */
 	uint64_t trim_from;       /* next commit deletes stored chunks >= this index */
@@ -145,11 +160,26 @@ void fs_rec_implicit_dir(struct fs_ctx *fs, const uint8_t *key, size_t klen, str
  * releases). */
 int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *k,
 		    struct fs_rec *parent, int subdirs);
-/* Delete every chunk of data_id at or after byte offset from (trimming the
- * chunk that holds from), then the intent key.  Crash safe: the intent stays
- * until the chunks are gone.  upto: no chunk lies at or beyond this offset
- * (lets small files go without a range scan), or UINT64_MAX if unknown. */
-int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t from, uint64_t upto);
+/* ---- fs_extent.c ---- */
+void fs_extent_encode(const struct fs_extent *e, uint8_t out[FS_EXTENT_LEN]);
+int fs_extent_decode(const void *v, size_t vl, struct fs_extent *e); /* -EBADMSG */
+/* The stored pointer of chunk idx: 0, -ENOENT (a hole), -EIO (corrupt). */
+int fs_chunk_pointer(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, struct fs_extent *e);
+/* Chunk idx into buf (FS_CHUNK_SIZE, zero past what is stored): 0, -ENOENT
+ * (a hole; buf untouched), -EIO (corrupt pointer or data, logged). */
+int fs_chunk_load(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, uint8_t *buf);
+int fs_extent_list_add(struct fs_extent_list *l, const struct fs_extent *e); /* len 0: no-op */
+void fs_extent_list_free(struct fs_ctx *fs, struct fs_extent_list *l); /* frees, empties */
+void fs_extent_list_release(struct fs_extent_list *l);
+/* Delete every chunk of data_id, freeing its extents after each batch, then
+ * the intent key.  Crash safe: the intent stays until the chunks are gone.
+ * upto: no chunk lies at or beyond this offset (small files go without a
+ * range scan), or UINT64_MAX if unknown. */
+int fs_reclaim(struct fs_ctx *fs, uint64_t data_id, uint64_t upto);
+/* At mount: hand every stored pointer to the store, which frees the
+ * extents that none names (written by a process that died before its
+ * commit). */
+int fs_extent_recover(struct fs_ctx *fs);
 /* Fill st from rec. */
 struct stat;
 void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st);

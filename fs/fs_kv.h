@@ -23,6 +23,14 @@
 
 struct eng_db;
 struct fs_kv;
+/* Where a file chunk's bytes live: an extent written once outside the LSM
+ * (engine/eng.h, eng_blob_*); the chunk key stores this pointer. */
+struct fs_extent {
+	uint64_t off;  /* backend address (region offset on the memory node) */
+	uint32_t len;  /* bytes stored (0: no extent) */
+	uint32_t crc;  /* CRC-32C of them */
+	uint32_t node; /* memory node id (0 today) */
+};
 struct fs_kv_batch;
 struct fs_kv_iter;
 
@@ -49,6 +57,16 @@ struct fs_kv_ops {
 	/* Compact everything down to the last level and wait (NULL: nothing to
 	 * compact).  Backs `dkvfs-ctl compact MOUNTPOINT`. */
 	int (*compact)(struct fs_kv *kv);
+	/* File-data extents, with the engine's contract (eng_blob_put, _get,
+	 * _free, _recover in engine/eng.h): put writes n extents, get reads one
+	 * whole and checks its CRC (-DKV_E_CORRUPT), free after the batch that
+	 * dropped the pointer was written, recover once at mount with every
+	 * pointer still stored (-EALREADY if done already). */
+	int (*ext_put)(struct fs_kv *kv, size_t n, const void *const *data, const size_t *len,
+		       struct fs_extent *out);
+	int (*ext_get)(struct fs_kv *kv, const struct fs_extent *e, void *buf);
+	void (*ext_free)(struct fs_kv *kv, const struct fs_extent *e, size_t n);
+	int (*ext_recover)(struct fs_kv *kv, const struct fs_extent *live, size_t n);
 	void (*destroy)(struct fs_kv *kv);
 };
 
@@ -115,6 +133,24 @@ static inline int fs_kv_space(struct fs_kv *kv, uint64_t *capacity, uint64_t *us
 static inline size_t fs_kv_stats(struct fs_kv *kv, char *buf, size_t cap)
 {
 	return kv->ops->stats(kv, buf, cap);
+}
+static inline int fs_kv_ext_put(struct fs_kv *kv, size_t n, const void *const *data,
+				const size_t *len, struct fs_extent *out)
+{
+	return kv->ops->ext_put(kv, n, data, len, out);
+}
+static inline int fs_kv_ext_get(struct fs_kv *kv, const struct fs_extent *e, void *buf)
+{
+	return kv->ops->ext_get(kv, e, buf);
+}
+static inline void fs_kv_ext_free(struct fs_kv *kv, const struct fs_extent *e, size_t n)
+{
+	if (n)
+		kv->ops->ext_free(kv, e, n);
+}
+static inline int fs_kv_ext_recover(struct fs_kv *kv, const struct fs_extent *live, size_t n)
+{
+	return kv->ops->ext_recover(kv, live, n);
 }
 static inline void fs_kv_destroy(struct fs_kv *kv)
 {

@@ -144,7 +144,11 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		"\ntable_bytes: %" PRIu64 "\nlive_keys_estimate: %" PRIu64
 		"\nindex_cache_bytes: %" PRIu64 "\nindex_cache_keys: %" PRIu64
 		"\nnode_capacity: %" PRIu64 "\nnode_used: %" PRIu64 "\nnode_down: %" PRIu64
-		"\nnode_downs: %" PRIu64 "\nnode_fast_fails: %" PRIu64 "\n",
+		"\nnode_downs: %" PRIu64 "\nnode_fast_fails: %" PRIu64
+		"\nextent_writes: %" PRIu64 "\nextent_write_bytes: %" PRIu64
+		"\nextent_reads: %" PRIu64 "\nextent_frees: %" PRIu64
+		"\nextent_frees_pending: %" PRIu64 "\nextent_slabs: %" PRIu64
+		"\nextent_slab_bytes: %" PRIu64 "\nextent_live_bytes: %" PRIu64 "\n",
 		s.puts, s.deletes, s.gets, s.get_hits, s.iter_seeks, s.batches, s.user_bytes_written,
 		s.net_bytes_sent, s.net_bytes_recv, s.remote_reads, s.remote_read_bytes,
 		s.lookup_remote_reads, s.lookup_remote_read_bytes, s.flushes, s.flush_bytes,
@@ -153,7 +157,9 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		s.delete_flushes, s.tombstone_compactions, s.discards, s.space_low,
 		s.memtable_bytes, s.immutables, s.tables, s.table_bytes, s.live_keys_estimate,
 		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used, s.node_down,
-		s.node_downs, s.node_fast_fails);
+		s.node_downs, s.node_fast_fails, s.blob_puts, s.blob_put_bytes, s.blob_gets,
+		s.blob_frees, s.blob_frees_pending, s.blob_slabs, s.blob_slab_bytes,
+		s.blob_live_bytes);
 	if (n < 0)
 		return 0;
 	return (size_t)n < cap ? (size_t)n : cap - 1;
@@ -164,6 +170,62 @@ static int ke_compact(struct fs_kv *kv)
 	int rc = eng_flush(db_of(kv));
 
 	return rc ? rc : eng_compact_all(db_of(kv));
+}
+
+_Static_assert(sizeof(struct fs_extent) == sizeof(struct eng_blob), "same pointer");
+
+static void to_blob(const struct fs_extent *e, struct eng_blob *b)
+{
+	*b = (struct eng_blob){ .off = e->off, .len = e->len, .crc = e->crc, .node = e->node };
+}
+
+static int ke_ext_put(struct fs_kv *kv, size_t n, const void *const *data, const size_t *len,
+		      struct fs_extent *out)
+{
+	struct eng_blob *b = calloc(n ? n : 1, sizeof(*b));
+	int rc;
+	if (!b)
+		return -ENOMEM;
+	rc = eng_blob_put(db_of(kv), n, data, len, b);
+	for (size_t i = 0; !rc && i < n; i++)
+		out[i] = (struct fs_extent){ .off = b[i].off, .len = b[i].len, .crc = b[i].crc,
+					     .node = b[i].node };
+	free(b);
+	return rc;
+}
+
+static int ke_ext_get(struct fs_kv *kv, const struct fs_extent *e, void *buf)
+{
+	struct eng_blob b;
+	to_blob(e, &b);
+	return eng_blob_get(db_of(kv), &b, buf);
+}
+
+/* Converts in small groups: no allocation, so a free is never lost. */
+static void ke_ext_free(struct fs_kv *kv, const struct fs_extent *e, size_t n)
+{
+	struct eng_blob b[64];
+	while (n) {
+		size_t k = n < 64 ? n : 64;
+		for (size_t i = 0; i < k; i++)
+			to_blob(&e[i], &b[i]);
+		eng_blob_free(db_of(kv), b, k);
+		e += k;
+		n -= k;
+	}
+}
+
+static int ke_ext_recover(struct fs_kv *kv, const struct fs_extent *live, size_t n)
+{
+	struct eng_blob *b = malloc((n ? n : 1) * sizeof(*b));
+	int rc;
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		to_blob(&live[i], &b[i]);
+	rc = eng_blob_recover(db_of(kv), b, n);
+	free(b);
+	return rc;
 }
 
 static void ke_destroy(struct fs_kv *kv)
@@ -190,6 +252,10 @@ static const struct fs_kv_ops kv_eng_ops = {
 	.space = ke_space,
 	.stats = ke_stats,
 	.compact = ke_compact,
+	.ext_put = ke_ext_put,
+	.ext_get = ke_ext_get,
+	.ext_free = ke_ext_free,
+	.ext_recover = ke_ext_recover,
 	.destroy = ke_destroy,
 };
 

@@ -6,6 +6,10 @@
  * one by binary search, so they stay correct while writers change the map
  * (they see the latest data, which is all the filesystem asks of them).
  * Costs are O(n) per insert; fine for the sizes tests use.
+ *
+ * File-data extents are malloc'ed slots (the pointer's offset is the slot
+ * number); their bytes count against the capacity like keys and values, and
+ * a free is immediate (nothing here outlives the process).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/crc32c.h"
+#include "common/err.h"
 #include "fs/fs_kv.h"
 
 struct mem_ent {
@@ -28,6 +34,9 @@ struct kv_mem {
 	size_t n, cap;
 	uint64_t bytes, capacity;
 	uint64_t gets, writes, seeks;
+	struct mem_ext { uint8_t *d; uint32_t len; } *x; /* extents, by slot */
+	size_t nx, xcap, xlive;
+	uint64_t xbytes;
 };
 
 struct mem_op {
@@ -348,8 +357,9 @@ static size_t km_stats(struct fs_kv *kv, char *buf, size_t cap)
 	pthread_rwlock_rdlock(&m->lock);
 	int n = snprintf(buf, cap,
 			 "backend: mem\nkeys: %zu\nbytes: %" PRIu64 "\ncapacity: %" PRIu64
-			 "\ngets: %" PRIu64 "\nbatches: %" PRIu64 "\n",
-			 m->n, m->bytes, m->capacity, m->gets, m->writes);
+			 "\ngets: %" PRIu64 "\nbatches: %" PRIu64 "\nextents: %zu\nextent_bytes: %" PRIu64
+			 "\n",
+			 m->n, m->bytes, m->capacity, m->gets, m->writes, m->xlive, m->xbytes);
 	pthread_rwlock_unlock(&m->lock);
 	if (n < 0 || cap == 0)
 		return 0;
@@ -364,8 +374,131 @@ static void km_destroy(struct fs_kv *kv)
 		free(m->e[i].v);
 	}
 	free(m->e);
+	for (size_t i = 0; i < m->nx; i++)
+		free(m->x[i].d);
+	free(m->x);
 	pthread_rwlock_destroy(&m->lock);
 	free(m);
+}
+
+static int km_ext_put(struct fs_kv *kv, size_t n, const void *const *data, const size_t *len,
+		      struct fs_extent *out)
+{
+	struct kv_mem *m = (struct kv_mem *)kv;
+	uint64_t add = 0;
+	int rc = 0;
+	size_t i;
+	for (i = 0; i < n; i++)
+		add += len[i];
+	pthread_rwlock_wrlock(&m->lock);
+	if (m->bytes + add > m->capacity) {
+		pthread_rwlock_unlock(&m->lock);
+		return -ENOSPC;
+	}
+	for (i = 0; i < n && !rc; i++) {
+		size_t slot = 0;
+		out[i] = (struct fs_extent){ 0 };
+		if (!len[i])
+			continue;
+		while (slot < m->nx && m->x[slot].d)
+			slot++;
+		if (slot == m->nx) {
+			if (m->nx == m->xcap) {
+				size_t nc = m->xcap ? 2 * m->xcap : 64;
+				struct mem_ext *nx = realloc(m->x, nc * sizeof(*nx));
+				if (!nx) {
+					rc = -ENOMEM;
+					break;
+				}
+				m->x = nx;
+				m->xcap = nc;
+			}
+			m->x[m->nx++] = (struct mem_ext){ 0 };
+		}
+		m->x[slot].d = malloc(len[i]);
+		if (!m->x[slot].d) {
+			rc = -ENOMEM;
+			break;
+		}
+		memcpy(m->x[slot].d, data[i], len[i]);
+		m->x[slot].len = (uint32_t)len[i];
+		m->bytes += len[i];
+		m->xbytes += len[i];
+		m->xlive++;
+		out[i] = (struct fs_extent){ .off = slot, .len = (uint32_t)len[i],
+					     .crc = crc32c(data[i], len[i]) };
+	}
+	if (rc) {
+		while (i-- > 0) {
+			if (!out[i].len)
+				continue;
+			free(m->x[out[i].off].d);
+			m->x[out[i].off].d = NULL;
+			m->bytes -= out[i].len;
+			m->xbytes -= out[i].len;
+			m->xlive--;
+		}
+	}
+	pthread_rwlock_unlock(&m->lock);
+	return rc;
+}
+
+static int km_ext_get(struct fs_kv *kv, const struct fs_extent *e, void *buf)
+{
+	struct kv_mem *m = (struct kv_mem *)kv;
+	int rc = 0;
+	if (!e->len)
+		return 0;
+	pthread_rwlock_rdlock(&m->lock);
+	if (e->node || e->off >= m->nx || !m->x[e->off].d || m->x[e->off].len != e->len)
+		rc = -DKV_E_CORRUPT;
+	else
+		memcpy(buf, m->x[e->off].d, e->len);
+	pthread_rwlock_unlock(&m->lock);
+	if (!rc && crc32c(buf, e->len) != e->crc)
+		rc = -DKV_E_CORRUPT;
+	return rc;
+}
+
+static void drop_slot(struct kv_mem *m, size_t slot)
+{
+	m->bytes -= m->x[slot].len;
+	m->xbytes -= m->x[slot].len;
+	m->xlive--;
+	free(m->x[slot].d);
+	m->x[slot] = (struct mem_ext){ 0 };
+}
+
+static void km_ext_free(struct fs_kv *kv, const struct fs_extent *e, size_t n)
+{
+	struct kv_mem *m = (struct kv_mem *)kv;
+	pthread_rwlock_wrlock(&m->lock);
+	for (size_t i = 0; i < n; i++)
+		if (e[i].len && e[i].off < m->nx && m->x[e[i].off].d &&
+		    m->x[e[i].off].len == e[i].len)
+			drop_slot(m, e[i].off);
+	pthread_rwlock_unlock(&m->lock);
+}
+
+/* Every slot no live pointer names is freed (may run at every mount). */
+static int km_ext_recover(struct fs_kv *kv, const struct fs_extent *live, size_t n)
+{
+	struct kv_mem *m = (struct kv_mem *)kv;
+	pthread_rwlock_wrlock(&m->lock);
+	bool *keep = calloc(m->nx ? m->nx : 1, sizeof(*keep));
+	if (!keep) {
+		pthread_rwlock_unlock(&m->lock);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (live[i].off < m->nx)
+			keep[live[i].off] = true;
+	for (size_t s = 0; s < m->nx; s++)
+		if (m->x[s].d && !keep[s])
+			drop_slot(m, s);
+	free(keep);
+	pthread_rwlock_unlock(&m->lock);
+	return 0;
 }
 
 static const struct fs_kv_ops kv_mem_ops = {
@@ -386,6 +519,10 @@ static const struct fs_kv_ops kv_mem_ops = {
 	.sync = km_sync,
 	.space = km_space,
 	.stats = km_stats,
+	.ext_put = km_ext_put,
+	.ext_get = km_ext_get,
+	.ext_free = km_ext_free,
+	.ext_recover = km_ext_recover,
 	.destroy = km_destroy,
 };
 

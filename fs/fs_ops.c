@@ -636,7 +636,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
 out_unlock:
 	pthread_rwlock_unlock(&fs->ns_lock);
 	if (!rc && reclaim_id)
-		fs_reclaim(fs, reclaim_id, 0, reclaim_upto);
+		fs_reclaim(fs, reclaim_id, reclaim_upto);
 	FS_COUNT(fs, renames, 1);
 	FS_COUNT(fs, renamed_keys, moved);
 out:

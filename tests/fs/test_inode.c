@@ -1,8 +1,10 @@
 /* tests/fs/test_inode.c — open-file data path over the in-memory store:
  * a model test against a plain byte array (random writes, truncates,
- * commits, reloads), and crash safety of early chunk writes and O_TRUNC
+ * commits, reloads), and crash safety of early extent writes and O_TRUNC
  * rewrites (the "crash" abandons the fs without committing, then opens a
- * new fs on the same store, which reclaims what the intents name). */
+ * new fs on the same store, which reclaims what the intents name and frees
+ * the extents no chunk pointer names).  extents() counts the extents the
+ * store holds, so every test also checks that no space leaks. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -50,6 +52,16 @@ static size_t count_prefix(struct fs_kv *kv, uint8_t prefix)
 		n++;
 	fs_kv_iter_destroy(it);
 	return n;
+}
+
+/* Extents the in-memory store holds (its stats line "extents: N"). */
+static size_t extents(struct fs_kv *kv)
+{
+	char buf[512];
+	fs_kv_stats(kv, buf, sizeof(buf));
+	const char *p = strstr(buf, "\nextents: ");
+	cr_assert(p, "no extents line in: %s", buf);
+	return (size_t)strtoull(p + 10, NULL, 10);
 }
 
 static void check_content(struct fs_ctx *fs, const char *path, const uint8_t *want, size_t len)
@@ -151,13 +163,15 @@ Test(inode, crash_during_new_file_leaves_no_chunks)
 	pthread_mutex_lock(&ino->mu);
 	cr_assert_eq(fs_inode_write(fs, ino, (char *)data, len, 0), (int)len);
 	pthread_mutex_unlock(&ino->mu);
-	/* early flushes wrote chunks under an intent */
-	cr_assert_gt(count_prefix(kv, FS_CHUNK_PREFIX), 0);
-	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 1);
+	/* early flushes wrote extents, and no pointer to them yet */
+	cr_assert_gt(extents(kv), 0);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), 0);
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
 	/* crash: the fs goes away without committing anything */
 	fs_drop(fs);
 	fs = open_fs(kv, 2);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), 0);
+	cr_assert_eq(extents(kv), 0, "the mount did not free the orphaned extents");
 	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
 	check_content(fs, "/new", data, 0); /* what create committed: empty */
 	fs_destroy(fs);
@@ -183,11 +197,12 @@ Test(inode, crash_during_rewrite_keeps_old_content)
 	cr_assert_eq(fs_inode_truncate(fs, ino, 0), 0);
 	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, len, 0), (int)len);
 	pthread_mutex_unlock(&ino->mu);
-	cr_assert_gt(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	cr_assert_gt(extents(kv), chunks_a);
 	fs_drop(fs);
 	fs = open_fs(kv, 2);
 	check_content(fs, "/f", a, len);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	cr_assert_eq(extents(kv), chunks_a);
 	/* and a completed rewrite replaces the chunks, leaving none behind */
 	cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
 	pthread_mutex_lock(&ino->mu);
@@ -198,6 +213,7 @@ Test(inode, crash_during_rewrite_keeps_old_content)
 	fs_inode_put(fs, ino);
 	check_content(fs, "/f", b, len);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	cr_assert_eq(extents(kv), chunks_a, "the rewrite leaked the old extents");
 	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
 	fs_destroy(fs);
 	fs_kv_destroy(kv);
@@ -207,8 +223,9 @@ Test(inode, crash_during_rewrite_keeps_old_content)
 
 /* In-place overwrite (dd conv=notrunc, rsync --inplace): more dirty chunks
  * than max_dirty force early flushes; a crash before the commit must leave
- * the old content whole (copy-on-write to a fresh data id), a commit the new
- * content whole, and neither leaves chunks or intents behind. */
+ * the old content whole (the new bytes went to new extents, the pointers
+ * still name the old ones), a commit the new content whole, and neither
+ * leaves chunks, extents or intents behind. */
 Test(inode, crash_during_in_place_overwrite_keeps_old_content)
 {
 	struct fs_kv *kv = fs_kv_mem_create(0);
@@ -228,11 +245,12 @@ Test(inode, crash_during_in_place_overwrite_keeps_old_content)
 	cr_assert_eq(fs_inode_write(fs, ino, (char *)b, part, off), (int)part);
 	pthread_mutex_unlock(&ino->mu);
 	cr_assert_gt(atomic_load(&fs->cnt.early_flushes), 0, "no early flush: the test tests nothing");
-	cr_assert_gt(atomic_load(&fs->cnt.cow_switches), 0);
+	cr_assert_gt(extents(kv), chunks_a);
 	fs_drop(fs);
 	fs = open_fs(kv, 2);
 	check_content(fs, "/f", a, len);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a, "the crash left chunks behind");
+	cr_assert_eq(extents(kv), chunks_a, "the crash left extents behind");
 	/* the same overwrite, committed: the new content, nothing left over */
 	cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
 	pthread_mutex_lock(&ino->mu);
@@ -245,6 +263,7 @@ Test(inode, crash_during_in_place_overwrite_keeps_old_content)
 	fs = open_fs(kv, 2);
 	check_content(fs, "/f", want, len);
 	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks_a);
+	cr_assert_eq(extents(kv), chunks_a, "the overwrite leaked the extents it replaced");
 	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
 	fs_destroy(fs);
 	fs_kv_destroy(kv);
@@ -385,23 +404,24 @@ Test(inode, atime_that_cannot_be_stored_is_dropped_not_an_error)
 }
 
 /* A commit that fails (a full node) and then the last close: the writes
- * since the last commit are lost, and the chunks they flushed early are
- * given back at once, not at the next mount: a new file's whole data id,
- * an append's chunks past the committed size, an overwrite's copy-on-write
- * id.  What the record names stays as committed. */
+ * since the last commit are lost, and the extents they wrote early are
+ * given back at once, not at the next mount: a new file's, an append's, an
+ * overwrite's.  What the record names stays as committed. */
 static void write_fail_close(struct fs_ctx *fs, struct fs_kv *kv, const char *path,
 			     const uint8_t *data, size_t len, uint64_t off)
 {
 	struct fs_inode *ino;
 	cr_assert_eq(fs_inode_get(fs, path, &ino), 0);
 	pthread_mutex_lock(&ino->mu);
+	size_t before = extents(kv);
 	cr_assert_eq(fs_inode_write(fs, ino, (const char *)data, len, off), (int)len);
-	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 1, "no early flush under an intent");
+	cr_assert_gt(extents(kv), before, "no early flush");
 	refuse = 1;
 	cr_assert_eq(fs_inode_commit(fs, ino), -ENOSPC);
 	refuse = 0;
 	pthread_mutex_unlock(&ino->mu);
 	fs_inode_put(fs, ino);
+	cr_assert_eq(extents(kv), before, "%s: extents left after close", path);
 	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0, "%s: intent left after close", path);
 }
 

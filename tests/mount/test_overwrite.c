@@ -151,6 +151,14 @@ static void kill_rounds(enum mode mode, int rounds, unsigned seed)
 	}
 	fprintf(stderr, "overwrite %s: %d rounds, %d ended with the new content\n", mode_name[mode],
 		rounds, news);
+	/* and the killed writers left no space behind: after the last
+	 * remount, the extents in use are the file's own (the mount freed
+	 * what they wrote but never committed) */
+	char live[64] = "";
+	sh_out(live, sizeof(live), "sed -n 's/^extent_live_bytes: //p' %s/.dkvfs/stats", MNT);
+	cr_assert_leq(strtoull(live, NULL, 10), (unsigned long long)FILE_LEN + FILE_LEN / 64,
+		      "%s: %s bytes of extents in use for one %u-byte file", mode_name[mode], live,
+		      FILE_LEN);
 	down();
 	free(img[0]);
 	free(img[1]);
