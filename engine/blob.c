@@ -226,8 +226,8 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 	if (atomic_load(&db->broken))
 		return atomic_load(&db->broken);
 	for (size_t i = 0; i < n; i++)
-		if (len[i] > ENG_BLOB_MAX || (len[i] && !data[i]))
-			return len[i] > ENG_BLOB_MAX ? -EFBIG : -EINVAL;
+		if (len[i] > ENG_BLOB_MAX)
+			return -EFBIG;
 	io = calloc(n ? n : 1, sizeof(*io));
 	if (!io)
 		return -ENOMEM;
@@ -241,8 +241,8 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 
 		r = 0;
 		for (size_t i = 0; i < n && !r; i++) {
-			if (!len[i])
-				continue;
+			if (!len[i] || !data[i])
+				continue; /* nothing, or only reserved */
 			r = mn_post_write(db->mc, &io[i], out[i].off, data[i], len[i]);
 			if (!r)
 				posted = i + 1;
@@ -250,7 +250,7 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 		for (size_t i = 0; i < posted; i++) {
 			int w;
 
-			if (!len[i])
+			if (!len[i] || !data[i])
 				continue;
 			w = mn_wait(db->mc, &io[i]);
 			if (w && !r)
@@ -269,14 +269,42 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		out[i].crc = len[i] ? crc32c(data[i], len[i]) : 0;
+		out[i].crc = len[i] && data[i] ? crc32c(data[i], len[i]) : 0;
 		out[i].node = 0;
-		atomic_fetch_add_explicit(&db->st_blob_put_bytes, len[i], memory_order_relaxed);
+		if (data[i])
+			atomic_fetch_add_explicit(&db->st_blob_put_bytes, len[i],
+						  memory_order_relaxed);
 	}
 	atomic_fetch_add_explicit(&db->st_blob_puts, n, memory_order_relaxed);
 out:
 	free(io);
 	return r;
+}
+
+int eng_blob_write_at(eng_db *db, const struct eng_blob *b, const void *data,
+		      struct eng_blob *out)
+{
+	int r;
+
+	if (!db || !b || !data || !out || !b->len)
+		return -EINVAL;
+	if (db->read_only)
+		return -EROFS;
+	pthread_mutex_lock(&db->blob_mu);
+	r = slab_of(db, b->off, NULL) ? mark_dirty(db, b->off) : -EINVAL;
+	pthread_mutex_unlock(&db->blob_mu);
+	if (r)
+		return r;
+	r = mn_write(db->mc, b->off, data, b->len);
+	if (r && eng_io_transient(r))
+		r = mn_write(db->mc, b->off, data, b->len);
+	if (r)
+		return r;
+	*out = *b;
+	out->crc = crc32c(data, b->len);
+	atomic_fetch_add_explicit(&db->st_blob_puts, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&db->st_blob_put_bytes, b->len, memory_order_relaxed);
+	return 0;
 }
 
 int eng_blob_get(eng_db *db, const struct eng_blob *b, void *buf)

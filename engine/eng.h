@@ -174,9 +174,13 @@ int eng_stats(eng_db *db, struct eng_stats *st);
  * (struct eng_blob, a few dozen bytes once encoded) as an ordinary value,
  * so the WAL, flushes and compactions move only pointers.  The caller owns
  * each extent's lifetime:
- *   put      carve and write n extents (all WRITEs in flight together).
+ *   put      carve and write n extents (all WRITEs in flight together);
+ *            data[i] NULL only reserves the space (crc 0: preallocation).
  *            -ENOSPC when the node would go below the reserve kept for
  *            deletes; -EFBIG above ENG_BLOB_MAX; -EROFS read-only.
+ *   write_at write b->len bytes into the extent b names (reserved by a put
+ *            with NULL data, never read since): *out is b with the new
+ *            CRC.  The caller makes sure no stored pointer reads it yet.
  *   get      read one back whole into buf (b->len bytes); the CRC is
  *            checked: -DKV_E_CORRUPT for a stale or damaged pointer.
  *   free     after the batch that removed the last stored pointer was
@@ -200,6 +204,8 @@ struct eng_blob {
 };
 int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *len,
 		 struct eng_blob *out);
+int eng_blob_write_at(eng_db *db, const struct eng_blob *b, const void *data,
+		      struct eng_blob *out);
 int eng_blob_get(eng_db *db, const struct eng_blob *b, void *buf);
 void eng_blob_free(eng_db *db, const struct eng_blob *b, size_t n);
 int eng_blob_recover(eng_db *db, const struct eng_blob *live, size_t n);

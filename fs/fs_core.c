@@ -297,10 +297,15 @@ void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st)
 			   : rec->nlink ? rec->nlink : 1;
 	st->st_uid = rec->uid;
 	st->st_gid = rec->gid;
-	st->st_rdev = rec->rdev;
+	bool reg = S_ISREG(rec->mode);
+	st->st_rdev = reg ? 0 : rec->rdev;
 	st->st_size = dir ? 0 : (off_t)rec->size;
 	st->st_blksize = S_ISREG(rec->mode) && (rec->flags & FS_REC_CHUNKED) ? FS_CHUNK_SIZE : 4096;
-	st->st_blocks = dir ? 0 : (blkcnt_t)((rec->size + 511) / 512);
+	/* a chunked file: the bytes its extents hold (rdev counts them), so
+	 * holes cost nothing; anything else: its size */
+	st->st_blocks = dir ? 0 :
+			reg && (rec->flags & FS_REC_CHUNKED) ? (blkcnt_t)((rec->rdev + 511) / 512) :
+			(blkcnt_t)((rec->size + 511) / 512);
 	st->st_atim.tv_sec = rec->atime / 1000000000;
 	st->st_atim.tv_nsec = rec->atime % 1000000000;
 	st->st_mtim.tv_sec = rec->mtime / 1000000000;

@@ -37,7 +37,7 @@
 void fs_extent_encode(const struct fs_extent *e, uint8_t out[FS_EXTENT_LEN])
 {
 	out[0] = FS_EXTENT_VERSION;
-	out[1] = 0;
+	out[1] = e->flags;
 	put_u16(out + 2, 0);
 	put_u32(out + 4, e->node);
 	put_u64(out + 8, e->off);
@@ -48,8 +48,9 @@ void fs_extent_encode(const struct fs_extent *e, uint8_t out[FS_EXTENT_LEN])
 int fs_extent_decode(const void *v, size_t vl, struct fs_extent *e)
 {
 	const uint8_t *p = v;
-	if (vl != FS_EXTENT_LEN || p[0] != FS_EXTENT_VERSION)
+	if (vl != FS_EXTENT_LEN || p[0] != FS_EXTENT_VERSION || (p[1] & ~FS_EXTENT_UNWRITTEN))
 		return -EBADMSG;
+	e->flags = p[1];
 	e->node = get_u32(p + 4);
 	e->off = get_u64(p + 8);
 	e->len = get_u32(p + 16);
@@ -82,6 +83,10 @@ int fs_chunk_load(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, uint8_t *bu
 {
 	struct fs_extent e, again;
 	int rc = fs_chunk_pointer(fs, data_id, idx, &e);
+	if (!rc && (e.flags & FS_EXTENT_UNWRITTEN)) {
+		memset(buf, 0, FS_CHUNK_SIZE); /* reserved by fallocate, never written */
+		return 0;
+	}
 	for (int tries = 0; !rc && tries < LOAD_TRIES; tries++) {
 		rc = fs_kv_ext_get(fs->kv, &e, buf);
 		if (rc != -DKV_E_CORRUPT)
@@ -106,6 +111,32 @@ int fs_chunk_load(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, uint8_t *bu
 		memset(buf + e.len, 0, FS_CHUNK_SIZE - e.len);
 	}
 	return rc;
+}
+
+int fs_chunks_walk(struct fs_ctx *fs, uint64_t data_id, uint64_t from, fs_chunk_fn fn, void *ctx)
+{
+	uint8_t lo[FS_CHUNK_KEY_LEN], hi[FS_CHUNK_KEY_LEN];
+	struct fs_kv_iter *it = NULL;
+	fs_key_chunk(lo, data_id, from);
+	fs_key_chunk(hi, data_id + 1, 0);
+	int rc = fs_kv_iter_create(fs->kv, lo, sizeof(lo), hi, sizeof(hi), &it);
+	if (rc)
+		return rc;
+	for (rc = fs_kv_iter_seek(it, lo, sizeof(lo)); rc == 0; rc = fs_kv_iter_next(it)) {
+		size_t kl, vl;
+		const uint8_t *k = fs_kv_iter_key(it, &kl);
+		const void *v = fs_kv_iter_value(it, &vl);
+		struct fs_extent e;
+		uint64_t id, idx;
+		if (!fs_key_parse_chunk(k, kl, &id, &idx))
+			continue;
+		bool ok = fs_extent_decode(v, vl, &e) == 0;
+		rc = fn(ctx, idx, k, kl, ok ? &e : NULL);
+		if (rc)
+			break;
+	}
+	fs_kv_iter_destroy(it);
+	return rc < 0 ? rc : 0;
 }
 
 /* Extents collected for freeing once a batch is written. */

@@ -221,7 +221,7 @@ static void drop_chunks(struct fs_ctx *fs, struct fs_inode *ino)
 {
 	for (size_t i = 0; i < ino->nchunks; i++) {
 		struct fs_chunk *c = &ino->chunks[i];
-		if (c->staged && c->ext.len) {
+		if (c->staged && c->ext.len && !c->in_place) {
 			fs_kv_ext_free(fs->kv, &c->ext, 1);
 			FS_COUNT(fs, extent_frees, 1);
 		}
@@ -298,7 +298,27 @@ int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto)
 
 /* ---- chunks ---- */
 
-static struct fs_chunk *dirty_find(struct fs_inode *ino, uint64_t idx)
+/* Could a committed pointer sit at chunk idx of the current data id? */
+static bool may_be_stored(const struct fs_inode *ino, uint64_t idx)
+{
+	return ino->committed_data_id && ino->rec.data_id == ino->committed_data_id &&
+	       (idx << FS_CHUNK_SHIFT) < ino->committed_size;
+}
+
+/* Learn the committed pointer chunk c replaces, once per commit interval. */
+static int find_prev(struct fs_ctx *fs, struct fs_inode *ino, struct fs_chunk *c)
+{
+	if (c->has_prev || !may_be_stored(ino, c->idx))
+		return 0;
+	int rc = fs_chunk_pointer(fs, ino->rec.data_id, c->idx, &c->prev);
+	if (rc == -ENOENT || rc == -EIO) /* a hole, or a pointer to drop */
+		return 0;
+	if (!rc)
+		c->has_prev = true;
+	return rc;
+}
+
+struct fs_chunk *fs_inode_chunk_find(struct fs_inode *ino, uint64_t idx)
 {
 	/* writes are mostly sequential: the newest entry first */
 	if (ino->nchunks && ino->chunks[ino->nchunks - 1].idx == idx)
@@ -324,7 +344,11 @@ static int chunk_fill(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, uin
 		memcpy(buf, ino->clean.buf, CH);
 		return 0;
 	}
-	c = dirty_find(ino, idx);
+	c = fs_inode_chunk_find(ino, idx);
+	if (c && c->staged && (c->ext.flags & FS_EXTENT_UNWRITTEN)) {
+		memset(buf, 0, CH); /* reserved by fallocate, not written yet */
+		return 0;
+	}
 	if (c && c->staged) {
 		memset(buf, 0, CH);
 		rc = fs_kv_ext_get(fs->kv, &c->ext, buf);
@@ -358,13 +382,14 @@ static size_t stored_len(const struct fs_inode *ino, const struct fs_chunk *c)
 	return n;
 }
 
-/* Write every dirty chunk to a fresh extent, all WRITEs in flight at once;
- * the chunks become staged.  The newest buffer stays as the clean read
- * cache.  Nothing is stored in the LSM: a crash before the commit leaves
- * extents that the next mount frees, and the file as committed. */
+/* Write every dirty chunk to a fresh extent, all WRITEs in flight at once
+ * (or into the extent fallocate reserved for it); the chunks become staged.
+ * The newest buffer stays as the clean read cache.  Nothing is stored in the
+ * LSM: a crash before the commit leaves extents that the next mount frees,
+ * and the file as committed. */
 static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 {
-	size_t n = 0, last = SIZE_MAX;
+	size_t n = 0, np = 0, last = SIZE_MAX;
 	const void **data = NULL;
 	size_t *len = NULL, *at = NULL;
 	struct fs_extent *out = NULL;
@@ -383,25 +408,49 @@ static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 		rc = -ENOMEM;
 		goto out;
 	}
-	n = 0;
 	for (size_t i = 0; i < ino->nchunks; i++) {
 		struct fs_chunk *c = &ino->chunks[i];
 		if (!c->buf)
 			continue;
-		data[n] = c->buf;
-		len[n] = stored_len(ino, c);
-		bytes += len[n];
-		at[n++] = i;
 		last = i;
+		rc = find_prev(fs, ino, c);
+		if (rc)
+			goto out;
+		if (c->has_prev && (c->prev.flags & FS_EXTENT_UNWRITTEN) && c->prev.len == CH) {
+			/* fallocate reserved this chunk: fill the reservation in
+			 * place (the stored pointer reads zeros until the commit
+			 * says written, so a crash still shows the old content) */
+			rc = fs_kv_ext_write_at(fs->kv, &c->prev, c->buf, &c->ext);
+			if (rc)
+				goto out;
+			c->ext.flags &= (uint8_t)~FS_EXTENT_UNWRITTEN;
+			c->in_place = true;
+			bytes += CH;
+			continue;
+		}
+		data[np] = c->buf;
+		len[np] = stored_len(ino, c);
+		if (!len[np] && c->keep_space) {
+			data[np] = NULL; /* all zeros, but fallocate asked for room */
+			len[np] = CH;
+		}
+		bytes += data[np] ? len[np] : 0;
+		at[np++] = i;
 	}
-	rc = fs_kv_ext_put(fs->kv, n, data, len, out);
+	rc = fs_kv_ext_put(fs->kv, np, data, len, out);
 	if (rc)
 		goto out;
-	for (size_t j = 0; j < n; j++) {
-		struct fs_chunk *c = &ino->chunks[at[j]];
-		c->ext = out[j];
+	for (size_t j = 0; j < np; j++) {
+		ino->chunks[at[j]].ext = out[j];
+		if (!data[j] && len[j])
+			ino->chunks[at[j]].ext.flags = FS_EXTENT_UNWRITTEN;
+	}
+	for (size_t i = 0; i < ino->nchunks; i++) {
+		struct fs_chunk *c = &ino->chunks[i];
+		if (!c->buf)
+			continue;
 		c->staged = true;
-		if (at[j] == last) {
+		if (i == last) {
 			drop_clean(ino);
 			ino->clean = (struct fs_chunk){ .idx = c->idx, .buf = c->buf };
 		} else {
@@ -430,10 +479,10 @@ static size_t dirty_count(const struct fs_inode *ino)
 
 /* The dirty chunk idx, loading it (unless the caller overwrites it whole)
  * and making room as needed. */
-static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool whole,
-		     struct fs_chunk **out)
+int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool whole,
+			 struct fs_chunk **out)
 {
-	struct fs_chunk *c = dirty_find(ino, idx);
+	struct fs_chunk *c = fs_inode_chunk_find(ino, idx);
 	int rc;
 	if (c && c->buf) {
 		*out = c;
@@ -444,7 +493,7 @@ static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool
 		if (rc)
 			return rc;
 		FS_COUNT(fs, early_flushes, 1);
-		c = dirty_find(ino, idx);
+		c = fs_inode_chunk_find(ino, idx);
 	}
 	uint8_t *buf;
 	if (ino->clean.buf && ino->clean.idx == idx && (idx << FS_CHUNK_SHIFT) < ino->rec.size) {
@@ -465,12 +514,14 @@ static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool
 		}
 	}
 	if (c) {
-		/* staged, now written again: its extent was never committed */
-		if (c->ext.len) {
+		/* staged, now written again: its extent was never committed
+		 * (a reservation filled in place stays: the stored pointer has it) */
+		if (c->ext.len && !c->in_place) {
 			fs_kv_ext_free(fs->kv, &c->ext, 1);
 			FS_COUNT(fs, extent_frees, 1);
 		}
 		c->staged = false;
+		c->in_place = false;
 		c->ext = (struct fs_extent){ 0 };
 		c->buf = buf;
 		*out = c;
@@ -489,7 +540,7 @@ static int dirty_get(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool
 }
 
 /* inline -> chunked under a fresh data id. */
-static int to_chunked(struct fs_ctx *fs, struct fs_inode *ino)
+int fs_inode_to_chunked(struct fs_ctx *fs, struct fs_inode *ino)
 {
 	uint64_t id;
 	int rc = fs_alloc_id(fs, &id);
@@ -509,12 +560,13 @@ static int to_chunked(struct fs_ctx *fs, struct fs_inode *ino)
 	n[ino->nchunks++] = (struct fs_chunk){ .idx = 0, .buf = buf };
 	ino->rec.flags |= FS_REC_CHUNKED;
 	ino->rec.data_id = id;
+	ino->rec.rdev = 0; /* bytes stored under it */
 	ino->hwm = ino->rec.size;
 	drop_clean(ino);
 	return 0;
 }
 
-static void stamp_modified(struct fs_inode *ino)
+void fs_inode_stamp_modified(struct fs_inode *ino)
 {
 	if (ino->rec.size > ino->hwm)
 		ino->hwm = ino->rec.size;
@@ -543,7 +595,7 @@ int fs_inode_read(struct fs_ctx *fs, struct fs_inode *ino, char *buf, size_t siz
 		size_t in = pos & (CH - 1), len = CH - in;
 		if (len > n - done)
 			len = n - done;
-		struct fs_chunk *c = dirty_find(ino, idx);
+		struct fs_chunk *c = fs_inode_chunk_find(ino, idx);
 		if (!c || !c->buf) {
 			if (!ino->clean.buf || ino->clean.idx != idx) {
 				uint8_t *b = ino->clean.buf ? ino->clean.buf : malloc(CH);
@@ -589,7 +641,7 @@ int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, siz
 		goto done;
 	}
 	if (!is_chunked(ino)) {
-		rc = to_chunked(fs, ino);
+		rc = fs_inode_to_chunked(fs, ino);
 		if (rc)
 			return rc;
 	}
@@ -600,7 +652,7 @@ int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, siz
 		struct fs_chunk *c;
 		if (len > size - done)
 			len = size - done;
-		rc = dirty_get(fs, ino, idx, in == 0 && len == CH, &c);
+		rc = fs_inode_chunk_dirty(fs, ino, idx, in == 0 && len == CH, &c);
 		if (rc) {
 			if (done)
 				break;
@@ -615,7 +667,7 @@ int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, siz
 	}
 	size = done;
 done:
-	stamp_modified(ino);
+	fs_inode_stamp_modified(ino);
 	FS_COUNT(fs, writes, 1);
 	FS_COUNT(fs, write_bytes, size);
 	return (int)size;
@@ -633,7 +685,7 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 	int rc = 0;
 	if (size >= old) {
 		if (!is_chunked(ino) && size > FS_INLINE_MAX)
-			rc = to_chunked(fs, ino);
+			rc = fs_inode_to_chunked(fs, ino);
 		if (!rc)
 			ino->rec.size = size;
 	} else if (!is_chunked(ino)) {
@@ -657,6 +709,7 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 		memcpy(ino->inl, tmp, size);
 		ino->rec.flags &= (uint16_t)~FS_REC_CHUNKED;
 		ino->rec.data_id = 0;
+		ino->rec.rdev = 0;
 		ino->rec.size = size;
 	} else {
 		/* shrink in place: drop what lies past the end (staged extents
@@ -667,7 +720,7 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 			struct fs_chunk *c = &ino->chunks[i];
 			if ((c->idx << FS_CHUNK_SHIFT) >= size) {
 				free(c->buf);
-				if (c->staged && c->ext.len) {
+				if (c->staged && c->ext.len && !c->in_place) {
 					fs_kv_ext_free(fs->kv, &c->ext, 1);
 					FS_COUNT(fs, extent_frees, 1);
 				}
@@ -679,50 +732,44 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 		drop_clean(ino);
 		if (size % CH) {
 			struct fs_chunk *c;
-			rc = dirty_get(fs, ino, size >> FS_CHUNK_SHIFT, false, &c);
+			rc = fs_inode_chunk_dirty(fs, ino, size >> FS_CHUNK_SHIFT, false, &c);
 			if (rc)
 				return rc;
 			memset(c->buf + size % CH, 0, CH - size % CH);
 		}
 		ino->rec.size = size;
 		ino->trim_from = (size + CH - 1) >> FS_CHUNK_SHIFT;
-		stamp_modified(ino);
+		fs_inode_stamp_modified(ino);
 		return fs_inode_commit(fs, ino);
 	}
 	if (rc)
 		return rc;
-	stamp_modified(ino);
+	fs_inode_stamp_modified(ino);
 	return 0;
 }
 
-/* Could a committed pointer sit at chunk idx of the current data id? */
-static bool may_be_stored(const struct fs_inode *ino, uint64_t idx)
-{
-	return ino->committed_data_id && ino->rec.data_id == ino->committed_data_id &&
-	       (idx << FS_CHUNK_SHIFT) < ino->committed_size;
-}
-
 /* Put the pointer of every staged chunk into b; the pointers they replace
- * go to old. */
+ * go to old, and rec.rdev (bytes stored) follows. */
 static int add_pointers(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b,
 			struct fs_extent_list *old, uint64_t *bytes)
 {
 	int rc = 0;
 	for (size_t i = 0; i < ino->nchunks && !rc; i++) {
-		const struct fs_chunk *c = &ino->chunks[i];
+		struct fs_chunk *c = &ino->chunks[i];
 		uint8_t key[FS_CHUNK_KEY_LEN], val[FS_EXTENT_LEN];
 		if (!c->staged)
 			continue;
-		if (may_be_stored(ino, c->idx)) {
-			struct fs_extent prev;
-			rc = fs_chunk_pointer(fs, ino->rec.data_id, c->idx, &prev);
-			if (rc == -ENOENT || rc == -EIO) /* a hole, or a pointer to drop */
-				rc = 0;
-			else if (!rc)
-				rc = fs_extent_list_add(old, &prev);
+		rc = find_prev(fs, ino, c); /* staged by fallocate: not looked up yet */
+		if (rc)
+			break;
+		if (c->has_prev) {
+			ino->rec.rdev -= ino->rec.rdev > c->prev.len ? c->prev.len : ino->rec.rdev;
+			if (!c->in_place)
+				rc = fs_extent_list_add(old, &c->prev);
 			if (rc)
 				break;
 		}
+		ino->rec.rdev += c->ext.len;
 		fs_key_chunk(key, ino->rec.data_id, c->idx);
 		if (!c->ext.len) {
 			rc = fs_kv_batch_delete(b, key, sizeof(key)); /* all zeros: a hole */
@@ -735,34 +782,33 @@ static int add_pointers(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_ba
 	return rc;
 }
 
+struct trim_ctx {
+	struct fs_inode *ino;
+	struct fs_kv_batch *b;
+	struct fs_extent_list *old;
+};
+
+static int trim_one(void *ctx, uint64_t idx, const uint8_t *key, size_t klen,
+		    const struct fs_extent *e)
+{
+	struct trim_ctx *t = ctx;
+	if (fs_inode_chunk_find(t->ino, idx))
+		return 0; /* rewritten in this commit */
+	int rc = fs_kv_batch_delete(t->b, key, klen);
+	if (!rc && e) {
+		rc = fs_extent_list_add(t->old, e);
+		t->ino->rec.rdev -= t->ino->rec.rdev > e->len ? e->len : t->ino->rec.rdev;
+	}
+	return rc;
+}
+
 /* Deletes of every stored chunk of the current data id from trim_from on;
  * their extents go to old. */
 static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b,
 		    struct fs_extent_list *old)
 {
-	uint8_t lo[FS_CHUNK_KEY_LEN], hi[FS_CHUNK_KEY_LEN];
-	struct fs_kv_iter *it = NULL;
-	fs_key_chunk(lo, ino->rec.data_id, ino->trim_from);
-	fs_key_chunk(hi, ino->rec.data_id + 1, 0);
-	int rc = fs_kv_iter_create(fs->kv, lo, sizeof(lo), hi, sizeof(hi), &it);
-	if (rc)
-		return rc;
-	for (rc = fs_kv_iter_seek(it, lo, sizeof(lo)); rc == 0; rc = fs_kv_iter_next(it)) {
-		size_t kl, vl;
-		const uint8_t *k = fs_kv_iter_key(it, &kl);
-		const void *v = fs_kv_iter_value(it, &vl);
-		struct fs_extent e;
-		uint64_t id, idx;
-		if (fs_key_parse_chunk(k, kl, &id, &idx) && dirty_find(ino, idx))
-			continue;
-		rc = fs_kv_batch_delete(b, k, kl);
-		if (!rc && fs_extent_decode(v, vl, &e) == 0)
-			rc = fs_extent_list_add(old, &e);
-		if (rc)
-			break;
-	}
-	fs_kv_iter_destroy(it);
-	return rc < 0 ? rc : 0;
+	struct trim_ctx t = { ino, b, old };
+	return fs_chunks_walk(fs, ino->rec.data_id, ino->trim_from, trim_one, &t);
 }
 
 static struct dkv_ratelimit atime_rl = DKV_RATELIMIT_INIT(60000, 1);

@@ -54,11 +54,18 @@ struct fs_chunk {
 	uint8_t *buf; /* FS_CHUNK_SIZE bytes; bytes at file offsets >= size are zero */
 	bool staged;
 	struct fs_extent ext;
+	/* the committed pointer this chunk replaces (looked up when staged);
+	 * in_place: ext IS that extent, reserved by fallocate and now written
+	 * (the stored pointer still says unwritten until the commit) */
+	bool has_prev, in_place;
+	struct fs_extent prev;
+	bool keep_space; /* fallocate: if it is all zeros, reserve it, not a hole */
 };
 
 /* fs_extent.c: chunk values are extent pointers (docs/record.md). */
 #define FS_EXTENT_LEN 24
 #define FS_EXTENT_VERSION 1
+#define FS_EXTENT_UNWRITTEN 0x01 /* reserved (fallocate): reads as zeros */
 struct fs_extent_list {
 	struct fs_extent *v;
 	size_t n, cap;
@@ -168,6 +175,12 @@ int fs_chunk_pointer(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, struct f
 /* Chunk idx into buf (FS_CHUNK_SIZE, zero past what is stored): 0, -ENOENT
  * (a hole; buf untouched), -EIO (corrupt pointer or data, logged). */
 int fs_chunk_load(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, uint8_t *buf);
+/* Walk the stored chunks of data_id from index from on: fn gets each
+ * index, key and pointer (NULL: it does not decode); it returns 0 to go
+ * on, >0 to stop, <0 an error (returned). */
+typedef int (*fs_chunk_fn)(void *ctx, uint64_t idx, const uint8_t *key, size_t klen,
+			   const struct fs_extent *e);
+int fs_chunks_walk(struct fs_ctx *fs, uint64_t data_id, uint64_t from, fs_chunk_fn fn, void *ctx);
 int fs_extent_list_add(struct fs_extent_list *l, const struct fs_extent *e); /* len 0: no-op */
 void fs_extent_list_free(struct fs_ctx *fs, struct fs_extent_list *l); /* frees, empties */
 void fs_extent_list_release(struct fs_extent_list *l);
@@ -204,6 +217,21 @@ int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, siz
 		   uint64_t off);
 int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size);
 int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino);
+/* Chunk entries of an open file (fs_inode.c; ino->mu held), for
+ * fs_sparse.c: find (dirty or staged, NULL if neither), make chunk idx
+ * dirty (loading it unless the caller overwrites it whole), inline ->
+ * chunked, and the stamps of a data change. */
+struct fs_chunk *fs_inode_chunk_find(struct fs_inode *ino, uint64_t idx);
+int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool whole,
+			 struct fs_chunk **out);
+int fs_inode_to_chunked(struct fs_ctx *fs, struct fs_inode *ino);
+void fs_inode_stamp_modified(struct fs_inode *ino);
+/* fs_sparse.c: fallocate (mode 0, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and
+ * SEEK_DATA / SEEK_HOLE on an open file (ino->mu held). */
+int fs_inode_fallocate(struct fs_ctx *fs, struct fs_inode *ino, int mode, uint64_t off,
+		       uint64_t len);
+int fs_inode_seek(struct fs_ctx *fs, struct fs_inode *ino, uint64_t off, int whence,
+		  uint64_t *out);
 /* Give up data id at the next commit (intent, then reclaim). */
 int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto);
 /* Rewrite keys of open inodes at or below from (rename); ns_lock exclusive held. */

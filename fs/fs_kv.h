@@ -30,6 +30,7 @@ struct fs_extent {
 	uint32_t len;  /* bytes stored (0: no extent) */
 	uint32_t crc;  /* CRC-32C of them */
 	uint32_t node; /* memory node id (0 today) */
+	uint8_t flags; /* FS_EXTENT_UNWRITTEN: reserved, reads as zeros (fs only) */
 };
 struct fs_kv_batch;
 struct fs_kv_iter;
@@ -61,9 +62,13 @@ struct fs_kv_ops {
 	 * _free, _recover in engine/eng.h): put writes n extents, get reads one
 	 * whole and checks its CRC (-DKV_E_CORRUPT), free after the batch that
 	 * dropped the pointer was written, recover once at mount with every
-	 * pointer still stored (-EALREADY if done already). */
+	 * pointer still stored (-EALREADY if done already).  put with data[i]
+	 * NULL reserves len[i] bytes without writing (crc 0); write_at fills a
+	 * reserved extent whole (e->len bytes), *out gets the new CRC. */
 	int (*ext_put)(struct fs_kv *kv, size_t n, const void *const *data, const size_t *len,
 		       struct fs_extent *out);
+	int (*ext_write_at)(struct fs_kv *kv, const struct fs_extent *e, const void *data,
+			    struct fs_extent *out);
 	int (*ext_get)(struct fs_kv *kv, const struct fs_extent *e, void *buf);
 	void (*ext_free)(struct fs_kv *kv, const struct fs_extent *e, size_t n);
 	int (*ext_recover)(struct fs_kv *kv, const struct fs_extent *live, size_t n);
@@ -138,6 +143,11 @@ static inline int fs_kv_ext_put(struct fs_kv *kv, size_t n, const void *const *d
 				const size_t *len, struct fs_extent *out)
 {
 	return kv->ops->ext_put(kv, n, data, len, out);
+}
+static inline int fs_kv_ext_write_at(struct fs_kv *kv, const struct fs_extent *e,
+				     const void *data, struct fs_extent *out)
+{
+	return kv->ops->ext_write_at(kv, e, data, out);
 }
 static inline int fs_kv_ext_get(struct fs_kv *kv, const struct fs_extent *e, void *buf)
 {

@@ -172,8 +172,6 @@ static int ke_compact(struct fs_kv *kv)
 	return rc ? rc : eng_compact_all(db_of(kv));
 }
 
-_Static_assert(sizeof(struct fs_extent) == sizeof(struct eng_blob), "same pointer");
-
 static void to_blob(const struct fs_extent *e, struct eng_blob *b)
 {
 	*b = (struct eng_blob){ .off = e->off, .len = e->len, .crc = e->crc, .node = e->node };
@@ -191,6 +189,17 @@ static int ke_ext_put(struct fs_kv *kv, size_t n, const void *const *data, const
 		out[i] = (struct fs_extent){ .off = b[i].off, .len = b[i].len, .crc = b[i].crc,
 					     .node = b[i].node };
 	free(b);
+	return rc;
+}
+
+static int ke_ext_write_at(struct fs_kv *kv, const struct fs_extent *e, const void *data,
+			   struct fs_extent *out)
+{
+	struct eng_blob b, o;
+	to_blob(e, &b);
+	int rc = eng_blob_write_at(db_of(kv), &b, data, &o);
+	if (!rc)
+		*out = (struct fs_extent){ .off = o.off, .len = o.len, .crc = o.crc, .node = o.node };
 	return rc;
 }
 
@@ -253,6 +262,7 @@ static const struct fs_kv_ops kv_eng_ops = {
 	.stats = ke_stats,
 	.compact = ke_compact,
 	.ext_put = ke_ext_put,
+	.ext_write_at = ke_ext_write_at,
 	.ext_get = ke_ext_get,
 	.ext_free = ke_ext_free,
 	.ext_recover = ke_ext_recover,

@@ -415,18 +415,19 @@ static int km_ext_put(struct fs_kv *kv, size_t n, const void *const *data, const
 			}
 			m->x[m->nx++] = (struct mem_ext){ 0 };
 		}
-		m->x[slot].d = malloc(len[i]);
+		m->x[slot].d = data[i] ? malloc(len[i]) : calloc(1, len[i]);
 		if (!m->x[slot].d) {
 			rc = -ENOMEM;
 			break;
 		}
-		memcpy(m->x[slot].d, data[i], len[i]);
+		if (data[i])
+			memcpy(m->x[slot].d, data[i], len[i]);
 		m->x[slot].len = (uint32_t)len[i];
 		m->bytes += len[i];
 		m->xbytes += len[i];
 		m->xlive++;
 		out[i] = (struct fs_extent){ .off = slot, .len = (uint32_t)len[i],
-					     .crc = crc32c(data[i], len[i]) };
+					     .crc = data[i] ? crc32c(data[i], len[i]) : 0 };
 	}
 	if (rc) {
 		while (i-- > 0) {
@@ -440,6 +441,24 @@ static int km_ext_put(struct fs_kv *kv, size_t n, const void *const *data, const
 		}
 	}
 	pthread_rwlock_unlock(&m->lock);
+	return rc;
+}
+
+static int km_ext_write_at(struct fs_kv *kv, const struct fs_extent *e, const void *data,
+			   struct fs_extent *out)
+{
+	struct kv_mem *m = (struct kv_mem *)kv;
+	int rc = 0;
+	pthread_rwlock_wrlock(&m->lock);
+	if (e->node || e->off >= m->nx || !m->x[e->off].d || m->x[e->off].len != e->len)
+		rc = -EINVAL;
+	else
+		memcpy(m->x[e->off].d, data, e->len);
+	pthread_rwlock_unlock(&m->lock);
+	if (!rc) {
+		*out = *e;
+		out->crc = crc32c(data, e->len);
+	}
 	return rc;
 }
 
@@ -520,6 +539,7 @@ static const struct fs_kv_ops kv_mem_ops = {
 	.space = km_space,
 	.stats = km_stats,
 	.ext_put = km_ext_put,
+	.ext_write_at = km_ext_write_at,
 	.ext_get = km_ext_get,
 	.ext_free = km_ext_free,
 	.ext_recover = km_ext_recover,

@@ -173,7 +173,7 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 			mode |= S_ISGID;
 	}
 	fs_rec_init_new(&rec, mode, uid, gid, id);
-	rec.rdev = rdev;
+	rec.rdev = S_ISREG(mode) ? 0 : rdev; /* a regular file's counts stored bytes */
 	if (S_ISDIR(mode))
 		rec.flags |= FS_REC_SUBDIRS; /* none yet */
 	if (target) {
@@ -1007,6 +1007,8 @@ static const struct fuse_operations fs_ops = {
 	.fsyncdir = op_fsyncdir,
 	.create = op_create,
 	.utimens = op_utimens,
+	.fallocate = fs_op_fallocate,
+	.lseek = fs_op_lseek,
 };
 
 const struct fuse_operations *fs_fuse_ops(void)

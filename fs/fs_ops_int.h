@@ -1,6 +1,7 @@
 /* fs/fs_ops_int.h — what the FUSE operation files share (fs_ops.c: names,
  * files and attributes; fs_dir.c: listings; fs_xattr.c: extended
- * attributes; fs_ops_common.c: the helpers below).  Private to those files. */
+ * attributes; fs_ops_space.c: fallocate and lseek; fs_ops_common.c: the
+ * helpers below).  Private to those files. */
 #ifndef DKV_FS_OPS_INT_H
 #define DKV_FS_OPS_INT_H
 
@@ -73,6 +74,9 @@ int fs_op_setxattr(const char *path, const char *name, const char *value, size_t
 int fs_op_removexattr(const char *path, const char *name);
 
 /* fs_dir.c: listings */
+int fs_op_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi);
+off_t fs_op_lseek(const char *path, off_t off, int whence, struct fuse_file_info *fi);
+
 int fs_op_opendir(const char *path, struct fuse_file_info *fi);
 int fs_op_releasedir(const char *path, struct fuse_file_info *fi);
 int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
