@@ -34,10 +34,18 @@ off_t fs_op_lseek(const char *path, off_t off, int whence, struct fuse_file_info
 	struct fs_fh *fh = fs_op_fh(fi);
 	uint64_t at = 0;
 	int rc;
-	if (!fh || !fh->ino)
+	if (!fh)
 		return -EBADF;
 	if (off < 0)
 		return -ENXIO;
+	if (!fh->ino) {
+		/* the stats file: one run of data, its snapshot taken at open */
+		if (whence != SEEK_DATA && whence != SEEK_HOLE)
+			return -EINVAL;
+		if ((uint64_t)off >= fh->stats_len)
+			return -ENXIO;
+		return whence == SEEK_DATA ? off : (off_t)fh->stats_len;
+	}
 	pthread_mutex_lock(&fh->ino->mu);
 	rc = fs_inode_seek(fs, fh->ino, (uint64_t)off, whence, &at);
 	pthread_mutex_unlock(&fh->ino->mu);
