@@ -563,13 +563,13 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
 		"\nfs_readdir_entries: %" PRIu64 "\nfs_readdir_seeks: %" PRIu64
 		"\nfs_reclaims: %" PRIu64 "\nfs_reclaimed_chunks: %" PRIu64 "\nfs_errors: %" PRIu64
-		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64
+		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64 "\nfs_pieced_chunks: %" PRIu64
 		"\nfs_extent_write_bytes: %" PRIu64 "\nfs_extent_frees: %" PRIu64 "\n",
 		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
 		C(renames), C(renamed_keys), C(commits), C(commit_bytes), C(early_flushes),
 		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
 		C(write_bytes), C(readdir_entries), C(readdir_seeks), C(reclaims),
-		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes),
+		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes), C(pieced_chunks),
 		C(extent_write_bytes), C(extent_frees));
 #undef C
 	if (m > 0)

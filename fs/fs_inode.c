@@ -58,6 +58,14 @@ static bool is_chunked(const struct fs_inode *ino)
 	return ino->rec.flags & FS_REC_CHUNKED;
 }
 
+static void chunk_release(struct fs_chunk *c)
+{
+	free(c->buf);
+	c->buf = NULL;
+	fs_cext_release(&c->ext);
+	fs_cext_release(&c->prev);
+}
+
 static void drop_clean(struct fs_inode *ino)
 {
 	free(ino->clean.buf);
@@ -69,7 +77,7 @@ static void inode_free(struct fs_inode *ino)
 	if (!ino)
 		return;
 	for (size_t i = 0; i < ino->nchunks; i++)
-		free(ino->chunks[i].buf);
+		chunk_release(&ino->chunks[i]);
 	free(ino->chunks);
 	drop_clean(ino);
 	free(ino->retired);
@@ -211,7 +219,7 @@ static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 static void forget_chunks(struct fs_inode *ino)
 {
 	for (size_t i = 0; i < ino->nchunks; i++)
-		free(ino->chunks[i].buf);
+		chunk_release(&ino->chunks[i]);
 	ino->nchunks = 0;
 }
 
@@ -221,9 +229,9 @@ static void drop_chunks(struct fs_ctx *fs, struct fs_inode *ino)
 {
 	for (size_t i = 0; i < ino->nchunks; i++) {
 		struct fs_chunk *c = &ino->chunks[i];
-		if (c->staged && c->ext.len && !c->in_place) {
-			fs_kv_ext_free(fs->kv, &c->ext, 1);
-			FS_COUNT(fs, extent_frees, 1);
+		if (c->staged && c->ext.n && !c->in_place) {
+			fs_cext_free(fs, &c->ext);
+			FS_COUNT(fs, extent_frees, c->ext.n);
 		}
 	}
 	forget_chunks(ino);
@@ -345,13 +353,8 @@ static int chunk_fill(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, uin
 		return 0;
 	}
 	c = fs_inode_chunk_find(ino, idx);
-	if (c && c->staged && (c->ext.flags & FS_EXTENT_UNWRITTEN)) {
-		memset(buf, 0, CH); /* reserved by fallocate, not written yet */
-		return 0;
-	}
 	if (c && c->staged) {
-		memset(buf, 0, CH);
-		rc = fs_kv_ext_get(fs->kv, &c->ext, buf);
+		rc = fs_cext_read(fs, &c->ext, buf); /* a reservation reads zeros */
 		if (rc) {
 			dkv_err("inode %" PRIu64 ": a chunk it wrote cannot be read back (%s)",
 				ino->ino, dkv_strerror(rc));
@@ -392,7 +395,7 @@ static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 	size_t n = 0, np = 0, last = SIZE_MAX;
 	const void **data = NULL;
 	size_t *len = NULL, *at = NULL;
-	struct fs_extent *out = NULL;
+	struct fs_cext *out = NULL;
 	uint64_t bytes = 0;
 	int rc = 0;
 	for (size_t i = 0; i < ino->nchunks; i++)
@@ -416,14 +419,14 @@ static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 		rc = find_prev(fs, ino, c);
 		if (rc)
 			goto out;
-		if (c->has_prev && (c->prev.flags & FS_EXTENT_UNWRITTEN) && c->prev.len == CH) {
+		if (c->has_prev && fs_cext_unwritten(&c->prev) && fs_cext_len(&c->prev) == CH) {
 			/* fallocate reserved this chunk: fill the reservation in
 			 * place (the stored pointer reads zeros until the commit
 			 * says written, so a crash still shows the old content) */
-			rc = fs_kv_ext_write_at(fs->kv, &c->prev, c->buf, &c->ext);
+			fs_cext_release(&c->ext);
+			rc = fs_cext_write_at(fs, &c->prev, c->buf, &c->ext);
 			if (rc)
 				goto out;
-			c->ext.flags &= (uint8_t)~FS_EXTENT_UNWRITTEN;
 			c->in_place = true;
 			bytes += CH;
 			continue;
@@ -437,13 +440,15 @@ static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 		bytes += data[np] ? len[np] : 0;
 		at[np++] = i;
 	}
-	rc = fs_kv_ext_put(fs->kv, np, data, len, out);
+	rc = fs_cext_put(fs, np, data, len, out);
 	if (rc)
 		goto out;
 	for (size_t j = 0; j < np; j++) {
-		ino->chunks[at[j]].ext = out[j];
-		if (!data[j] && len[j])
-			ino->chunks[at[j]].ext.flags = FS_EXTENT_UNWRITTEN;
+		struct fs_chunk *c = &ino->chunks[at[j]];
+		fs_cext_release(&c->ext);
+		c->ext = out[j];
+		for (uint32_t k = 0; !data[j] && k < c->ext.n; k++)
+			c->ext.p[k].flags = FS_EXTENT_UNWRITTEN;
 	}
 	for (size_t i = 0; i < ino->nchunks; i++) {
 		struct fs_chunk *c = &ino->chunks[i];
@@ -516,13 +521,13 @@ int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, 
 	if (c) {
 		/* staged, now written again: its extent was never committed
 		 * (a reservation filled in place stays: the stored pointer has it) */
-		if (c->ext.len && !c->in_place) {
-			fs_kv_ext_free(fs->kv, &c->ext, 1);
-			FS_COUNT(fs, extent_frees, 1);
+		if (c->ext.n && !c->in_place) {
+			fs_cext_free(fs, &c->ext);
+			FS_COUNT(fs, extent_frees, c->ext.n);
 		}
 		c->staged = false;
 		c->in_place = false;
-		c->ext = (struct fs_extent){ 0 };
+		fs_cext_release(&c->ext);
 		c->buf = buf;
 		*out = c;
 		return 0;
@@ -719,11 +724,11 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 		for (size_t i = 0; i < ino->nchunks; i++) {
 			struct fs_chunk *c = &ino->chunks[i];
 			if ((c->idx << FS_CHUNK_SHIFT) >= size) {
-				free(c->buf);
-				if (c->staged && c->ext.len && !c->in_place) {
-					fs_kv_ext_free(fs->kv, &c->ext, 1);
-					FS_COUNT(fs, extent_frees, 1);
+				if (c->staged && c->ext.n && !c->in_place) {
+					fs_cext_free(fs, &c->ext);
+					FS_COUNT(fs, extent_frees, c->ext.n);
 				}
+				chunk_release(c);
 			} else {
 				ino->chunks[j++] = *c;
 			}
@@ -756,28 +761,29 @@ static int add_pointers(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_ba
 	int rc = 0;
 	for (size_t i = 0; i < ino->nchunks && !rc; i++) {
 		struct fs_chunk *c = &ino->chunks[i];
-		uint8_t key[FS_CHUNK_KEY_LEN], val[FS_EXTENT_LEN];
+		uint8_t key[FS_CHUNK_KEY_LEN], val[FS_PIECES_MAX * FS_EXTENT_LEN];
 		if (!c->staged)
 			continue;
 		rc = find_prev(fs, ino, c); /* staged by fallocate: not looked up yet */
 		if (rc)
 			break;
 		if (c->has_prev) {
-			ino->rec.rdev -= ino->rec.rdev > c->prev.len ? c->prev.len : ino->rec.rdev;
+			uint32_t pl = fs_cext_len(&c->prev);
+			ino->rec.rdev -= ino->rec.rdev > pl ? pl : ino->rec.rdev;
 			if (!c->in_place)
-				rc = fs_extent_list_add(old, &c->prev);
+				rc = fs_extent_list_add_cext(old, &c->prev);
 			if (rc)
 				break;
 		}
-		ino->rec.rdev += c->ext.len;
+		ino->rec.rdev += fs_cext_len(&c->ext);
 		fs_key_chunk(key, ino->rec.data_id, c->idx);
-		if (!c->ext.len) {
+		if (!c->ext.n) {
 			rc = fs_kv_batch_delete(b, key, sizeof(key)); /* all zeros: a hole */
 			continue;
 		}
-		fs_extent_encode(&c->ext, val);
-		rc = fs_kv_batch_put(b, key, sizeof(key), val, sizeof(val));
-		*bytes += sizeof(key) + sizeof(val);
+		size_t vl = fs_cext_encode(&c->ext, val);
+		rc = fs_kv_batch_put(b, key, sizeof(key), val, vl);
+		*bytes += sizeof(key) + vl;
 	}
 	return rc;
 }
@@ -789,15 +795,16 @@ struct trim_ctx {
 };
 
 static int trim_one(void *ctx, uint64_t idx, const uint8_t *key, size_t klen,
-		    const struct fs_extent *e)
+		    const struct fs_cext *c)
 {
 	struct trim_ctx *t = ctx;
 	if (fs_inode_chunk_find(t->ino, idx))
 		return 0; /* rewritten in this commit */
 	int rc = fs_kv_batch_delete(t->b, key, klen);
-	if (!rc && e) {
-		rc = fs_extent_list_add(t->old, e);
-		t->ino->rec.rdev -= t->ino->rec.rdev > e->len ? e->len : t->ino->rec.rdev;
+	if (!rc && c) {
+		uint32_t l = fs_cext_len(c);
+		rc = fs_extent_list_add_cext(t->old, c);
+		t->ino->rec.rdev -= t->ino->rec.rdev > l ? l : t->ino->rec.rdev;
 	}
 	return rc;
 }

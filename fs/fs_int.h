@@ -42,9 +42,19 @@ struct fs_counters {
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
-	_Atomic uint64_t extent_writes, extent_write_bytes, extent_frees;
+	_Atomic uint64_t extent_writes, extent_write_bytes, extent_frees, pieced_chunks;
 };
 #define FS_COUNT(fs, field, n) atomic_fetch_add_explicit(&(fs)->cnt.field, (n), memory_order_relaxed)
+
+/* Where a chunk's bytes are: one extent, or (when the node's free space is
+ * only in small holes) up to FS_PIECES_MAX extents of at least
+ * FS_PIECE_MIN bytes, in file order.  n 0: none (a hole). */
+#define FS_PIECES_MAX 64
+#define FS_PIECE_MIN (4u << 10)
+struct fs_cext {
+	uint32_t n;
+	struct fs_extent *p;
+};
 
 /* A chunk of an open file that differs from what is committed: its bytes
  * in buf (dirty), or already written to an extent that no committed pointer
@@ -53,12 +63,12 @@ struct fs_chunk {
 	uint64_t idx;
 	uint8_t *buf; /* FS_CHUNK_SIZE bytes; bytes at file offsets >= size are zero */
 	bool staged;
-	struct fs_extent ext;
+	struct fs_cext ext;
 	/* the committed pointer this chunk replaces (looked up when staged);
 	 * in_place: ext IS that extent, reserved by fallocate and now written
 	 * (the stored pointer still says unwritten until the commit) */
 	bool has_prev, in_place;
-	struct fs_extent prev;
+	struct fs_cext prev;
 	bool keep_space; /* fallocate: if it is all zeros, reserve it, not a hole */
 };
 
@@ -170,8 +180,30 @@ int fs_touch_parent(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_ke
 /* ---- fs_extent.c ---- */
 void fs_extent_encode(const struct fs_extent *e, uint8_t out[FS_EXTENT_LEN]);
 int fs_extent_decode(const void *v, size_t vl, struct fs_extent *e); /* -EBADMSG */
-/* The stored pointer of chunk idx: 0, -ENOENT (a hole), -EIO (corrupt). */
-int fs_chunk_pointer(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, struct fs_extent *e);
+/* Chunk pointers (struct fs_cext): decode (allocates; -EBADMSG), encode
+ * (out holds n * FS_EXTENT_LEN), total length, reserved?, copy, release,
+ * read whole into a FS_CHUNK_SIZE buf (zeros past it; a reservation reads
+ * zeros), free the extents. */
+int fs_cext_decode(const void *v, size_t vl, struct fs_cext *c);
+size_t fs_cext_encode(const struct fs_cext *c, uint8_t *out);
+uint32_t fs_cext_len(const struct fs_cext *c);
+bool fs_cext_unwritten(const struct fs_cext *c);
+int fs_cext_copy(struct fs_cext *dst, const struct fs_cext *src);
+void fs_cext_release(struct fs_cext *c);
+int fs_cext_read(struct fs_ctx *fs, const struct fs_cext *c, uint8_t *buf);
+void fs_cext_free(struct fs_ctx *fs, const struct fs_cext *c);
+/* Write n chunks (data[i] NULL: reserve len[i]), each one extent, all in
+ * flight at once; when the node has no room for that, chunk by chunk in
+ * pieces.  All or nothing. */
+int fs_cext_put(struct fs_ctx *fs, size_t n, const void *const *data, const size_t *len,
+		struct fs_cext *out);
+/* Fill the reservation res with buf (res's length), *out: the written
+ * pointer. */
+int fs_cext_write_at(struct fs_ctx *fs, const struct fs_cext *res, const uint8_t *buf,
+		     struct fs_cext *out);
+/* The stored pointer of chunk idx (caller releases): 0, -ENOENT (a hole),
+ * -EIO (corrupt). */
+int fs_chunk_pointer(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, struct fs_cext *c);
 /* Chunk idx into buf (FS_CHUNK_SIZE, zero past what is stored): 0, -ENOENT
  * (a hole; buf untouched), -EIO (corrupt pointer or data, logged). */
 int fs_chunk_load(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, uint8_t *buf);
@@ -179,9 +211,10 @@ int fs_chunk_load(struct fs_ctx *fs, uint64_t data_id, uint64_t idx, uint8_t *bu
  * index, key and pointer (NULL: it does not decode); it returns 0 to go
  * on, >0 to stop, <0 an error (returned). */
 typedef int (*fs_chunk_fn)(void *ctx, uint64_t idx, const uint8_t *key, size_t klen,
-			   const struct fs_extent *e);
+			   const struct fs_cext *c);
 int fs_chunks_walk(struct fs_ctx *fs, uint64_t data_id, uint64_t from, fs_chunk_fn fn, void *ctx);
 int fs_extent_list_add(struct fs_extent_list *l, const struct fs_extent *e); /* len 0: no-op */
+int fs_extent_list_add_cext(struct fs_extent_list *l, const struct fs_cext *c);
 void fs_extent_list_free(struct fs_ctx *fs, struct fs_extent_list *l); /* frees, empties */
 void fs_extent_list_release(struct fs_extent_list *l);
 /* Delete every chunk of data_id, freeing its extents after each batch, then

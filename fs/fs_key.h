@@ -43,7 +43,8 @@
 #define FS_KEY_MAX       (8u << 10)       /* = ENG_KEY_MAX */
 #define FS_CHUNK_SHIFT   18
 #define FS_CHUNK_SIZE    (1u << FS_CHUNK_SHIFT) /* 256 KiB */
-#define FS_INLINE_MAX    4096u            /* files up to this size live in their record */
+/* files up to this size live in their record; larger ones in extents */
+#define FS_INLINE_MAX    4096u
 #define FS_CHUNK_KEY_LEN 17
 #define FS_INTENT_KEY_LEN 9
 

@@ -64,16 +64,18 @@ static int zero_range(struct fs_ctx *fs, struct fs_inode *ino, uint64_t off, uin
 /* Is chunk idx a hole as stored (no key, or a reservation)?  -errno. */
 static int stored_hole(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx)
 {
-	struct fs_extent e;
+	struct fs_cext c;
 	if (!ino->committed_data_id || ino->committed_data_id != ino->rec.data_id ||
 	    (idx << FS_CHUNK_SHIFT) >= ino->committed_size)
 		return 1;
-	int rc = fs_chunk_pointer(fs, ino->rec.data_id, idx, &e);
+	int rc = fs_chunk_pointer(fs, ino->rec.data_id, idx, &c);
 	if (rc == -ENOENT)
 		return 1;
 	if (rc)
 		return rc;
-	return (e.flags & FS_EXTENT_UNWRITTEN) ? 2 : 0; /* 2: already reserved */
+	rc = fs_cext_unwritten(&c) ? 2 : 0; /* 2: already reserved */
+	fs_cext_release(&c);
+	return rc;
 }
 
 /* Reserve an extent for every hole chunk of [off, end). */
@@ -94,14 +96,16 @@ static int reserve(struct fs_ctx *fs, struct fs_inode *ino, uint64_t off, uint64
 			continue;
 		const void *none = NULL;
 		size_t len = CH;
-		struct fs_extent e;
-		int rc = fs_kv_ext_put(fs->kv, 1, &none, &len, &e);
+		struct fs_cext e;
+		int rc = fs_cext_put(fs, 1, &none, &len, &e);
 		if (rc)
 			return rc;
-		e.flags = FS_EXTENT_UNWRITTEN;
+		for (uint32_t k = 0; k < e.n; k++)
+			e.p[k].flags = FS_EXTENT_UNWRITTEN;
 		struct fs_chunk *n = realloc(ino->chunks, (ino->nchunks + 1) * sizeof(*n));
 		if (!n) {
-			fs_kv_ext_free(fs->kv, &e, 1);
+			fs_cext_free(fs, &e);
+			fs_cext_release(&e);
 			return -ENOMEM;
 		}
 		ino->chunks = n;
@@ -161,8 +165,10 @@ int fs_inode_fallocate(struct fs_ctx *fs, struct fs_inode *ino, int mode, uint64
 	rc = off < end ? reserve(fs, ino, off, end) : 0;
 	if (rc) {
 		/* all or nothing: give back what this call reserved */
-		for (size_t i = n0; i < ino->nchunks; i++)
-			fs_kv_ext_free(fs->kv, &ino->chunks[i].ext, 1);
+		for (size_t i = n0; i < ino->nchunks; i++) {
+			fs_cext_free(fs, &ino->chunks[i].ext);
+			fs_cext_release(&ino->chunks[i].ext);
+		}
 		ino->nchunks = n0;
 		return rc;
 	}
@@ -183,15 +189,15 @@ static int is_data(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx)
 	if (c && c->buf)
 		return 1;
 	if (c && c->staged)
-		return c->ext.len && !(c->ext.flags & FS_EXTENT_UNWRITTEN);
+		return c->ext.n && !fs_cext_unwritten(&c->ext);
 	int h = stored_hole(fs, ino, idx);
 	return h < 0 ? h : h == 0;
 }
 
 static int first_written(void *ctx, uint64_t idx, const uint8_t *key, size_t klen,
-			 const struct fs_extent *e)
+			 const struct fs_cext *c)
 {
-	if (e && (e->flags & FS_EXTENT_UNWRITTEN))
+	if (c && fs_cext_unwritten(c))
 		return 0; /* reserved: a hole */
 	*(uint64_t *)ctx = idx;
 	return 1;
