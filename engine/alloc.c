@@ -170,10 +170,17 @@ int eng_alloc_mark(struct eng_alloc *a, uint64_t off, uint64_t len)
 
 int eng_alloc_get(struct eng_alloc *a, uint64_t len, uint64_t *off)
 {
+	return eng_alloc_get_outside(a, len, UINT64_MAX, off);
+}
+
+int eng_alloc_get_outside(struct eng_alloc *a, uint64_t len, uint64_t avoid, uint64_t *off)
+{
 	len = round_len(len);
 	for (size_t j = 0; j < a->n; j++) {
 		struct slab *s = &a->slabs[j];
 
+		if (s->off == avoid)
+			continue;
 		for (size_t i = 0; i < s->nfree; i++) {
 			if (s->free[i].len >= len) {
 				uint64_t o = s->free[i].off;
@@ -245,6 +252,18 @@ int eng_alloc_take_empty(struct eng_alloc *a, uint64_t keep_free, struct mn_exte
 		return 0;
 	}
 	return -ENOENT;
+}
+
+size_t eng_alloc_usage(const struct eng_alloc *a, struct eng_slab_use *out, size_t max)
+{
+	for (size_t i = 0; i < a->n && i < max; i++) {
+		const struct slab *s = &a->slabs[i];
+
+		out[i] = (struct eng_slab_use){ s->off, s->len, 0 };
+		for (size_t k = 0; k < s->nfree; k++)
+			out[i].free += s->free[k].len;
+	}
+	return a->n;
 }
 
 uint64_t eng_alloc_free_bytes(const struct eng_alloc *a)

@@ -82,6 +82,7 @@ struct eng_compaction {
 	int last_err;            /* mu */
 	struct dkv_ratelimit fail_rl; /* a full node fails every retry: one line per 30 s */
 	atomic_bool cancel;
+	struct eng_gc *gc;       /* the cleaner (engine/gc.c) */
 	/* thread only */
 	uint8_t *ptr[ENG_LEVELS];
 	size_t ptr_len[ENG_LEVELS];
@@ -1052,10 +1053,18 @@ static void *comp_main(void *arg)
 				    atomic_load(&c->cancel))
 					break;
 				eng_flush_deletes(db);
+				while (eng_gc_step(c->gc) == 1 && !atomic_load(&c->cancel))
+					;
 				usleep(COMP_RETRY_MS * 1000);
 			}
 		} else {
-			r = compact_once(db, false);
+			/* A full node: the cleaner first (it needs one table's
+			 * room, a merge needs its whole output's). */
+			r = eng_gc_step(c->gc);
+			if (r < 0)
+				dkv_debug("cleaner: %s", dkv_strerror(r));
+			if (r != 1)
+				r = compact_once(db, false);
 		}
 
 		pthread_mutex_lock(&c->mu);
@@ -1103,6 +1112,11 @@ int eng_compaction_start(struct eng_db *db)
 	dkv_ratelimit_init(&c->fail_rl, 30000, 1);
 	atomic_init(&c->cancel, false);
 	c->work = true; /* the recovered tree may need work */
+	r = eng_gc_create(db, &c->cancel, &c->gc);
+	if (r) {
+		free(c);
+		return r;
+	}
 	db->comp = c;
 	if (db->o.compaction == ENG_COMPACTION_OFF)
 		return 0;
@@ -1129,6 +1143,7 @@ void eng_compaction_stop(struct eng_db *db)
 		pthread_join(c->th, NULL);
 	for (int l = 0; l < ENG_LEVELS; l++)
 		free(c->ptr[l]);
+	eng_gc_destroy(c->gc);
 	pthread_mutex_destroy(&c->mu);
 	dkv_ratelimit_release(&c->fail_rl);
 	pthread_cond_destroy(&c->cv);

@@ -19,6 +19,7 @@
 #ifndef DKV_ENG_COMPACTION_INT_H
 #define DKV_ENG_COMPACTION_INT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 struct eng_db;
@@ -48,5 +49,17 @@ int eng_compaction_pace(struct eng_db *db);
 /* eng_compact_all: flush, then merge every level down into the deepest
  * non-empty one, and wait.  0 or the first error. */
 int eng_compaction_all(struct eng_db *db);
+
+/* The cleaner (engine/gc.c): while the volume is full, tables rewritten
+ * without the records newer ones hide, and slabs emptied into the holes of
+ * the others and given back, one table at a time, so a node too full for
+ * any merge still gets room back.  Runs on the compaction thread; cancel is
+ * checked between tables. */
+struct eng_gc;
+int eng_gc_create(struct eng_db *db, const atomic_bool *cancel, struct eng_gc **out);
+void eng_gc_destroy(struct eng_gc *gc);
+/* One step: 1 it did something (call again), 0 nothing to do (or the volume
+ * is not full), or an error. */
+int eng_gc_step(struct eng_gc *gc);
 
 #endif

@@ -268,12 +268,12 @@ static void slab_list_remove(struct eng_db *db, uint64_t off)
 	}
 }
 
-void eng_space_trim(struct eng_db *db)
+static void space_trim(struct eng_db *db, uint64_t keep_free)
 {
 	struct mn_extent s;
 
 	eng_space_drain(db);
-	while (eng_alloc_take_empty(db->alloc, db->o.slab_size, &s) == 0) {
+	while (eng_alloc_take_empty(db->alloc, keep_free, &s) == 0) {
 		struct eng_edit e = { 0 };
 		int r;
 
@@ -298,6 +298,16 @@ void eng_space_trim(struct eng_db *db)
 			dkv_warn("could not give slab %llu back to the node",
 				 (unsigned long long)s.off);
 	}
+}
+
+void eng_space_trim(struct eng_db *db)
+{
+	space_trim(db, db->o.slab_size);
+}
+
+void eng_space_trim_all(struct eng_db *db)
+{
+	space_trim(db, 0);
 }
 
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
@@ -844,6 +854,7 @@ void eng_snapshot_release(eng_db *db, const eng_snapshot *cs)
 	s->prev->next = s->next;
 	s->next->prev = s->prev;
 	pthread_mutex_unlock(&db->mu);
+	atomic_fetch_add(&db->snap_releases, 1);
 	free(s);
 }
 
@@ -999,6 +1010,9 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->compaction_net_bytes = LD(st_comp_net);
 	st->delete_flushes = LD(st_del_flushes);
 	st->tombstone_compactions = LD(st_tomb_compactions);
+	st->gc_rewrites = LD(st_gc_rewrites);
+	st->gc_freed_bytes = LD(st_gc_freed);
+	st->gc_evacuations = LD(st_gc_evacuations);
 	st->discards = LD(st_discards);
 	st->space_low = atomic_load(&db->space_low);
 	st->blob_puts = LD(st_blob_puts);

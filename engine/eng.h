@@ -149,6 +149,9 @@ struct eng_stats {
 	uint64_t compaction_net_bytes;    /* bytes compaction moved over the transport */
 	uint64_t delete_flushes;          /* memtables flushed for their tombstones */
 	uint64_t tombstone_compactions;   /* deletion-triggered compactions */
+	uint64_t gc_rewrites;             /* full volume: tables rewritten without hidden records */
+	uint64_t gc_freed_bytes;          /* ... and the table bytes that freed */
+	uint64_t gc_evacuations;          /* full volume: slabs emptied to give them back */
 	uint64_t discards;                /* freed slab ranges returned to the node's OS */
 	uint64_t space_low;               /* 1: the node is below the reserve (volume full) */
 	uint64_t memtable_bytes, immutables;

@@ -132,6 +132,8 @@ struct eng_table {
 	struct sst_meta meta;
 	atomic_bool obsolete;   /* removed from the current version: free at last unref */
 	atomic_bool logged;     /* damage already reported */
+	_Atomic uint64_t gc_epoch; /* engine/gc.c: looked at after this many flushes and
+				    * snapshot releases (+1) */
 	struct eng_db *db;
 };
 int eng_table_open(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
@@ -237,6 +239,14 @@ int eng_alloc_add_slab(struct eng_alloc *a, uint64_t off, uint64_t len);
 int eng_alloc_mark(struct eng_alloc *a, uint64_t off, uint64_t len);
 /* 0 and *off, or -ENOSPC when no slab has room (caller adds a slab). */
 int eng_alloc_get(struct eng_alloc *a, uint64_t len, uint64_t *off);
+/* The same, never from the slab that starts at avoid (UINT64_MAX: any). */
+int eng_alloc_get_outside(struct eng_alloc *a, uint64_t len, uint64_t avoid, uint64_t *off);
+/* Each slab with its free bytes, up to max of them; returns how many slabs
+ * there are. */
+struct eng_slab_use {
+	uint64_t off, len, free;
+};
+size_t eng_alloc_usage(const struct eng_alloc *a, struct eng_slab_use *out, size_t max);
 void eng_alloc_put(struct eng_alloc *a, uint64_t off, uint64_t len);
 /* Shrink a used extent to its first newlen bytes. */
 void eng_alloc_shrink(struct eng_alloc *a, uint64_t off, uint64_t len, uint64_t newlen);
@@ -367,6 +377,8 @@ struct eng_db {
 	_Atomic uint64_t st_stalls, st_stall_us;
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
+	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
+	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
 	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */
 
@@ -427,6 +439,28 @@ static inline bool eng_io_transient(int r)
 /* Remote read used by table iterators and lookups (counts stats). */
 int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool lookup);
 
+/* One table written from an iterator into slab space (engine/flush.c; the
+ * flush thread and the cleaner, engine/gc.c, use it).  Starts at start (an
+ * internal key; NULL: the first record) and tries an extent of est bytes,
+ * halving it while there is no such run (then cutting the table between two
+ * user keys: *more), doubling it when the table overflows its estimate.
+ * bufs: ENG_WRITE_NBUF registered buffers of ENG_WRITE_BUF bytes.  On success
+ * the table is synced and opened in pc (pc->t holds one reference). */
+#define ENG_WRITE_NBUF 4
+#define ENG_WRITE_BUF (1u << 20)
+struct eng_piece {
+	uint64_t number, off, size;
+	struct eng_table *t;
+};
+struct eng_piece_place {
+	uint64_t number;     /* 0: a new table number */
+	bool holes_only;     /* no new slab: only holes in the slabs we have ... */
+	uint64_t avoid_off;  /* ... outside the slab at this offset (UINT64_MAX: none) */
+};
+int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
+		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
+		    struct eng_piece *pc, bool *more);
+
 /* Allocate len bytes of slab space, growing slabs as needed (new slabs are
  * logged with the next manifest record).  Caller holds man_mu. */
 int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off);
@@ -442,6 +476,9 @@ void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n);
  * worth of free space), each logged as freed before mn_free_slab.  Caller
  * holds man_mu and is not inside a manifest operation. */
 void eng_space_trim(struct eng_db *db);
+/* The same, keeping no free slab: the cleaner on a full volume (the node's
+ * free space is what file data and the full check count). */
+void eng_space_trim_all(struct eng_db *db);
 /* Recompute db->space_low (one mn_stats round trip).  Caller holds man_mu. */
 void eng_space_check(struct eng_db *db);
 /* The volume is full (file data refused): say so, once. */

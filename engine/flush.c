@@ -16,7 +16,7 @@
  *
  * When the node's free space is too fragmented for one extent of the
  * memtable's size, the memtable is written as several level-0 tables with
- * disjoint user keys (flush_piece), installed by the same one edit: a full
+ * disjoint user keys (eng_write_piece), installed by the same one edit: a full
  * node must still flush the deletes that will free it.
  *
  * On failure (node full, node gone) the extent is returned, the memtable
@@ -33,8 +33,8 @@
 #include "engine/compaction_int.h"
 #include "engine/eng_int.h"
 
-#define FLUSH_NBUF 4
-#define FLUSH_BUF (1u << 20)
+#define FLUSH_NBUF ENG_WRITE_NBUF
+#define FLUSH_BUF ENG_WRITE_BUF
 #define FLUSH_RETRY_MS 100
 
 struct flush_out {
@@ -193,12 +193,7 @@ out:
 #define FLUSH_PIECE_MIN (1u << 20)
 #define FLUSH_MAX_PIECES 64
 
-struct flush_piece {
-	uint64_t number, off, size;
-	struct eng_table *t;
-};
-
-static void pieces_release(struct eng_db *db, struct flush_piece *pc, int n)
+static void pieces_release(struct eng_db *db, struct eng_piece *pc, int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (pc[i].t) {
@@ -211,12 +206,20 @@ static void pieces_release(struct eng_db *db, struct flush_piece *pc, int n)
 	}
 }
 
-/* Write one piece starting at start (an internal key; NULL: the first
- * record).  Tries an extent of est bytes, halving it while the node has no
- * such run (then cutting the piece to fit), doubling it when a piece
- * overflows its estimate.  On success the piece is synced and opened. */
-static int flush_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
-		       uint64_t est, uint8_t **bufs, struct flush_piece *pc, bool *more)
+/* Space for a piece: from the slabs (growing them), or for the cleaner
+ * (engine/gc.c) only from holes in the slabs there are, outside one. */
+static int piece_space(struct eng_db *db, const struct eng_piece_place *pl, uint64_t len,
+		       uint64_t *off)
+{
+	if (!pl || !pl->holes_only)
+		return eng_space_get(db, len, off);
+	eng_space_drain(db);
+	return eng_alloc_get_outside(db->alloc, len, pl->avoid_off, off);
+}
+
+int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
+		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
+		    struct eng_piece *pc, bool *more)
 {
 	struct sst_meta meta = { 0 };
 	struct sst_index *idx = NULL;
@@ -232,13 +235,13 @@ static int flush_piece(struct eng_db *db, struct dkv_iter *it, const void *start
 		fo.db = db;
 		memcpy(fo.buf, bufs, sizeof(fo.buf));
 		pthread_mutex_lock(&db->man_mu);
-		r = eng_space_get(db, est, &fo.off);
+		r = piece_space(db, pl, est, &fo.off);
 		while (r == -ENOSPC && est / 2 >= FLUSH_PIECE_MIN) {
 			est /= 2;
 			cut = true;
-			r = eng_space_get(db, est, &fo.off);
+			r = piece_space(db, pl, est, &fo.off);
 		}
-		pc->number = db->next_number++;
+		pc->number = pl && pl->number ? pl->number : db->next_number++;
 		pthread_mutex_unlock(&db->man_mu);
 		if (r)
 			return r;
@@ -279,7 +282,7 @@ static int flush_piece(struct eng_db *db, struct dkv_iter *it, const void *start
 
 static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 {
-	struct flush_piece pc[FLUSH_MAX_PIECES];
+	struct eng_piece pc[FLUSH_MAX_PIECES];
 	struct eng_table *added[FLUSH_MAX_PIECES];
 	struct dkv_iter *it = NULL;
 	struct eng_edit e = { 0 };
@@ -304,8 +307,8 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 			r = -ENOSPC; /* the node's free space is in crumbs */
 			goto out;
 		}
-		r = flush_piece(db, it, n ? start : NULL, slen, est > bytes + FLUSH_PIECE_MIN ?
-				est - bytes : FLUSH_PIECE_MIN, bufs, &pc[n], &more);
+		r = eng_write_piece(db, it, n ? start : NULL, slen, est > bytes + FLUSH_PIECE_MIN ?
+				    est - bytes : FLUSH_PIECE_MIN, bufs, NULL, &pc[n], &more);
 		if (r)
 			goto out;
 		bytes += pc[n].size;
