@@ -17,9 +17,9 @@
 
 #include "tests/helpers/mount_fixture.h"
 
-TestSuite(overwrite, .init = mt_setup, .fini = mt_teardown, .timeout = 240);
+TestSuite(overwrite, .init = mt_setup, .fini = mt_teardown, .timeout = 480);
 
-#define FILE_LEN (16u << 20)
+#define FILE_LEN (64u << 20) /* issue 9: a 64 MiB file, 20 rounds */
 
 /* How the writer changes the file (each as a real program does it). */
 enum mode {
@@ -92,12 +92,23 @@ static void kill_rounds(enum mode mode, int rounds, unsigned seed)
 	unsigned npieces = (unsigned)((mode == APPEND_256K ? FILE_LEN / 2 : FILE_LEN) / piece);
 	int cur = 0, news = 0;
 
+	/* splitmix64: rand_r's low bits repeat every 2^26 calls, so two 64 MiB
+	 * images drawn from it one after the other were the same bytes (and
+	 * every round "ended with the new content") */
+	uint64_t x = seed;
 	for (int k = 0; k < 2; k++) {
 		img[k] = malloc(FILE_LEN);
 		cr_assert_not_null(img[k]);
-		for (size_t i = 0; i < FILE_LEN; i++)
-			img[k][i] = (uint8_t)(rand_r(&seed) >> 7);
+		for (size_t i = 0; i < FILE_LEN; i += 8) {
+			uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+			z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+			z ^= z >> 31;
+			memcpy(img[k] + i, &z, 8);
+		}
 	}
+	cr_assert_neq(memcmp(img[0], img[1], FILE_LEN), 0, "the two images are the same");
 	write_img("img0", img[0], FILE_LEN);
 	write_img("img1", img[1], FILE_LEN);
 	write_img("half", img[1], FILE_LEN / 2); /* APPEND: the old content */
@@ -151,6 +162,10 @@ static void kill_rounds(enum mode mode, int rounds, unsigned seed)
 	}
 	fprintf(stderr, "overwrite %s: %d rounds, %d ended with the new content\n", mode_name[mode],
 		rounds, news);
+	/* every kill lands before the writer's end (it crawls after the
+	 * signal), so the old content must survive most rounds: all "new"
+	 * means the rounds did not test a kill mid-write at all */
+	cr_assert_lt(news, rounds, "%s: every round ended with the new content", mode_name[mode]);
 	/* and the killed writers left no space behind: after the last
 	 * remount, the extents in use are the file's own (the mount freed
 	 * what they wrote but never committed) */
@@ -171,15 +186,15 @@ Test(overwrite, kill9_mid_overwrite_leaves_old_or_new)
 
 Test(overwrite, kill9_mid_4k_page_writes_leaves_old_or_new)
 {
-	kill_rounds(PAGES_4K, 5, 777);
+	kill_rounds(PAGES_4K, 20, 777);
 }
 
 Test(overwrite, kill9_mid_dd_notrunc_leaves_old_or_new)
 {
-	kill_rounds(DD_1M, 5, 4242);
+	kill_rounds(DD_1M, 20, 4242);
 }
 
 Test(overwrite, kill9_mid_append_leaves_old_or_whole_append)
 {
-	kill_rounds(APPEND_256K, 5, 99);
+	kill_rounds(APPEND_256K, 20, 99);
 }
