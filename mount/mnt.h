@@ -33,6 +33,7 @@ struct mnt_opts {
 	char *atime;       /* "relatime" (default), "strict" or "noatime" */
 	char *compaction;    /* memnode|compute|off */
 	char *log_file;      /* log here instead of stderr / syslog */
+	char *metrics;       /* [HOST:]PORT of the /metrics endpoint (mount/mnt_metrics.h) */
 	size_t memtable_size;
 	size_t slab_size;
 	int op_timeout_ms;

@@ -32,6 +32,7 @@
 #include "fs/fs.h"
 #include "fs/fs_kv.h"
 #include "mount/mnt.h"
+#include "mount/mnt_metrics.h"
 #include "mount/mnt_node.h"
 
 #define WAIT_STEP_MS 20
@@ -52,6 +53,7 @@ struct mnt {
 	struct fs_kv *kv;
 	struct fs_ctx *fs;
 	struct fuse *fuse;
+	struct mnt_metrics *metrics; /* -o metrics= */
 	char token[64];
 	size_t token_len;
 };
@@ -70,6 +72,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("atime=%s", atime),
 	OPT("compaction=%s", compaction),
 	OPT("log_file=%s", log_file),
+	OPT("metrics=%s", metrics),
 	OPT("op_timeout=%d", op_timeout_ms),
 	OPT("max_dirty=%d", max_dirty),
 	OPT("entry_timeout=%lf", entry_timeout),
@@ -118,6 +121,8 @@ static void usage(const char *prog)
 	       "                           written by the raw key API); costs a seek per miss\n"
 	       "  -o log_file=PATH         log here (default: stderr with -f, else syslog, else\n"
 	       "                           DATA_DIR/dkvfs.log or ~/.local/state/dkvfs/dkvfs.log)\n"
+	       "  -o metrics=[HOST:]PORT   serve the counters in Prometheus text format at\n"
+	       "                           http://HOST:PORT/metrics (HOST default 127.0.0.1)\n"
 	       "  -o atime=WHEN            relatime|strict|noatime: when reads stamp atime\n"
 	       "                           (default relatime, as Linux mounts)\n"
 	       "  -o ro                    read-only\n"
@@ -541,6 +546,8 @@ static int add_fsname(struct mnt *m, struct fuse_args *args)
 static void cleanup(struct mnt *m, int *rc)
 {
 	int r;
+	mnt_metrics_stop(m->metrics); /* it reads m->fs */
+	m->metrics = NULL;
 	if (m->fs) {
 		r = fs_destroy(m->fs);
 		if (r && !*rc) {
@@ -568,11 +575,16 @@ static void cleanup(struct mnt *m, int *rc)
 }
 
 /* fuse_opt_parse strdup'ed every string option. */
+static size_t metrics_text(void *fs, char *buf, size_t cap)
+{
+	return fs_stats_text(fs, buf, cap);
+}
+
 static void free_opts(struct mnt_opts *o)
 {
 	char **strs[] = { &o->memnode, &o->volume, &o->token_file, &o->transport, &o->data_dir,
 			  &o->memnode_size, &o->memnode_bin, &o->atime, &o->compaction,
-			  &o->log_file };
+			  &o->log_file, &o->metrics };
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);
 		*strs[i] = NULL;
@@ -652,6 +664,11 @@ int mnt_main(int argc, char **argv)
 	if (rc) {
 		dkv_err("cannot open the filesystem: %s", dkv_strerror(rc));
 		goto out;
+	}
+	if (m->o.metrics) {
+		rc = mnt_metrics_start(m->o.metrics, metrics_text, m->fs, &m->metrics);
+		if (rc)
+			goto out;
 	}
 	m->fuse = fuse_new(&args, fs_fuse_ops(), sizeof(struct fuse_operations), m->fs);
 	if (!m->fuse) {

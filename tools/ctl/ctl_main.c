@@ -5,7 +5,7 @@
  *   dkvfs-ctl --memnode=HOST:PORT [--token-file F] [--transport K] volumes
  *   dkvfs-ctl --memnode=HOST:PORT --volume=NAME [...] compact
  *
- *   dkvfs-ctl stats MOUNTPOINT      (a mount's live counters)
+ *   dkvfs-ctl stats [--format=text|prometheus] MOUNTPOINT   (a mount's live counters)
  *
  * Output is one `key: value` per line (stats) or one volume per line, so
  * scripts can grep it.  Commands are a table.
@@ -21,6 +21,7 @@
 #include "common/coding.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "engine/eng.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
@@ -35,6 +36,7 @@ struct ctl {
 	bool has_token;
 	int timeout_ms;
 	const char *volume;
+	bool prometheus;     /* --format=prometheus */
 };
 
 static int ctl_connect(const struct ctl *x, struct mn_client **out)
@@ -88,29 +90,48 @@ static int ctl_node_call(const struct ctl *x, uint16_t op, const char *what, cha
 }
 
 /* stats MOUNTPOINT: a mount publishes its live counters in the read-only
- * file MOUNTPOINT/.dkvfs/stats (docs/fs.md); print it. */
-static int mount_stats(const char *mnt)
+ * file MOUNTPOINT/.dkvfs/stats (docs/fs.md); print it, as it is or in
+ * Prometheus text format (common/prom.h). */
+static int mount_stats(const char *mnt, bool prometheus)
 {
-	char path[4096], buf[8192];
-	size_t n;
+	enum { TEXT_MAX = 64 << 10 };
+	char path[4096], *buf = malloc(TEXT_MAX), *prom = NULL;
+	size_t n = 0, k;
+	int rc = 0;
 	FILE *f;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/.dkvfs/stats", mnt) >= sizeof(path)) {
 		fprintf(stderr, "dkvfs-ctl: mount point path too long\n");
+		free(buf);
 		return 2;
 	}
-	f = fopen(path, "r");
+	f = buf ? fopen(path, "r") : NULL;
 	if (!f) {
 		fprintf(stderr, "dkvfs-ctl: %s: %s (is %s a dkvfs mount?)\n", path,
-			strerror(errno), mnt);
+			strerror(buf ? errno : ENOMEM), mnt);
+		free(buf);
 		return 1;
 	}
-	printf("mount: %s\n", mnt);
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		fwrite(buf, 1, n, stdout);
-	n = (size_t)ferror(f);
+	while (n < TEXT_MAX && (k = fread(buf + n, 1, TEXT_MAX - n, f)) > 0)
+		n += k;
+	rc = ferror(f) ? 1 : 0;
 	fclose(f);
-	return n ? 1 : 0;
+	if (!rc && !prometheus) {
+		printf("mount: %s\n", mnt);
+		fwrite(buf, 1, n, stdout);
+	} else if (!rc) {
+		size_t need = dkv_prom_render(buf, n, NULL, 0) + 1;
+
+		prom = malloc(need);
+		if (prom) {
+			dkv_prom_render(buf, n, prom, need);
+			fputs(prom, stdout);
+		}
+		rc = prom ? 0 : 1;
+	}
+	free(prom);
+	free(buf);
+	return rc;
 }
 
 static int cmd_stats(const struct ctl *x, int argc, char **argv)
@@ -125,8 +146,29 @@ static int cmd_stats(const struct ctl *x, int argc, char **argv)
 	char *rep;
 	size_t rl;
 
-	if (argc > 1)
-		return mount_stats(argv[1]);
+	const char *mnt = NULL;
+	bool prom = x->prometheus;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--format=prometheus")) {
+			prom = true;
+		} else if (!strcmp(argv[i], "--format=text")) {
+			prom = false;
+		} else if (argv[i][0] == '-' || mnt) {
+			fprintf(stderr, "dkvfs-ctl: stats: unexpected '%s' (stats "
+					"[--format=text|prometheus] [MOUNTPOINT])\n", argv[i]);
+			return 2;
+		} else {
+			mnt = argv[i];
+		}
+	}
+	if (mnt)
+		return mount_stats(mnt, prom);
+	if (prom) {
+		fprintf(stderr, "dkvfs-ctl: --format=prometheus is for a mount's counters: "
+				"stats --format=prometheus MOUNTPOINT\n");
+		return 2;
+	}
 	if (ctl_node_call(x, MN_OP_STATS, "stats", &rep, &rl))
 		return 1;
 	if (rl < MN_STATS_FIXED) {
@@ -180,7 +222,7 @@ static int mount_compact(const char *mnt)
 	close(fd);
 	if (!rc)
 		printf("compacted: %s\n", mnt);
-	return rc ? rc : mount_stats(mnt);
+	return rc ? rc : mount_stats(mnt, false);
 }
 
 /* Open the volume as its writer (so it must not be mounted), compact every
@@ -241,7 +283,8 @@ static const struct {
 	const char *help;
 } cmds[] = {
 	{ "stats", cmd_stats,
-	  "capacity, use, volumes, clients and their grants, traffic; or: stats MOUNTPOINT" },
+	  "capacity, use, volumes, clients and their grants, traffic; or: stats "
+		  "[--format=prometheus] MOUNTPOINT" },
 	{ "volumes", cmd_volumes, "the volumes of the node, one per line" },
 	{ "compact", cmd_compact, "compact --volume (default \"default\") down to its last level "
 				  "(unmounted); or: compact MOUNTPOINT (a mounted volume)" },
@@ -250,7 +293,8 @@ static const struct {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dkvfs-ctl --memnode=HOST:PORT [--token-file FILE] "
-		   "[--transport tcp|local|rdma|auto] [--timeout MS] [--volume NAME] COMMAND\n"
+		   "[--transport tcp|local|rdma|auto] [--timeout MS] [--volume NAME] "
+		   "[--format text|prometheus] COMMAND\n"
 		   "commands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
@@ -264,6 +308,7 @@ int main(int argc, char **argv)
 		{ "transport", required_argument, NULL, 't' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "volume", required_argument, NULL, 'v' },
+		{ "format", required_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -300,6 +345,14 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			x.volume = optarg;
+			break;
+		case 'f':
+			if (strcmp(optarg, "text") && strcmp(optarg, "prometheus")) {
+				fprintf(stderr, "dkvfs-ctl: bad --format %s (text or prometheus)\n",
+					optarg);
+				return 2;
+			}
+			x.prometheus = !strcmp(optarg, "prometheus");
 			break;
 		case 'h':
 			usage(stdout);
