@@ -74,7 +74,7 @@ static int conn_new(struct ns_domain *d, int fd, bool share, const struct net_co
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, &ca);
 	pthread_mutex_init(&c->tx_mu, NULL);
-	pthread_cond_init(&c->tx_cond, NULL);
+	pthread_cond_init(&c->tx_cond, &ca);
 	pthread_cond_init(&c->helper_cond, NULL);
 	pthread_rwlock_init(&c->rlock, NULL);
 	pthread_mutex_init(&c->rx_mu, NULL);

@@ -209,13 +209,10 @@ static int rx_refuse(struct ns_conn *c, uint8_t op, uint64_t seq, int status)
 		pthread_mutex_lock(&c->tx_mu);
 		c->tx_idle_waiters++;
 		while ((c->writer_active || c->txq_head) && now_ns() < deadline) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 10000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
+			/* tx_cond runs on CLOCK_MONOTONIC, as now_ns */
+			uint64_t until = now_ns() + 10000000ull;
+			struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+					      .tv_nsec = (long)(until % 1000000000ull)};
 			pthread_cond_timedwait(&c->tx_cond, &c->tx_mu, &ts);
 		}
 		c->tx_idle_waiters--;
