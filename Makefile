@@ -129,7 +129,7 @@ fuzz-seeds:
 	$(MAKE) FUZZING=1 CC=clang OPT=-O1 $(BUILD)-fuzz/fuzz/mkseeds
 	$(BUILD)-fuzz/fuzz/mkseeds tests/fuzz/corpus
 
-.PHONY: all deps check test mount install clean format fuzz fuzz-build fuzz-seeds
+.PHONY: all deps check check-asan test mount install clean format fuzz fuzz-build fuzz-seeds
 all: $(PROGRAM_BINS) $(TEST_BINS)
 
 deps:
@@ -140,6 +140,15 @@ endif
 check: all
 	@BUILD=$(OUT) scripts/run-tests.sh $(TESTS)
 test: check
+
+# ASan + UBSan build, then every test below the mount level (.ci/run runs it
+# after check; the mount-level suites run ~3x slower under ASan and would
+# not fit CI's time).  Any sanitizer report fails the run.
+SAN_OUT := $(BUILD)-address-undefined
+check-asan:
+	$(MAKE) SANITIZE=address,undefined all
+	@BUILD=$(SAN_OUT) scripts/run-tests.sh $$(cd $(SAN_OUT)/tests && \
+		find common net memnode fs engine -name 'test_*' -type f -perm -u+x | sort)
 
 mount: all
 	@scripts/mount.sh "$(MNT)" $(OUT)

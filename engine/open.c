@@ -89,7 +89,8 @@ static int load_state(struct eng_db *db, struct eng_edit *st)
 	db->nslabs_logged = db->nslabs;
 	if (r)
 		return r;
-	qsort(st->segs, st->nsegs, sizeof(*st->segs), cmp_seg);
+	if (st->nsegs) /* qsort(NULL, 0) is undefined (UBSan) */
+		qsort(st->segs, st->nsegs, sizeof(*st->segs), cmp_seg);
 	db->segs = calloc(st->nsegs + 8, sizeof(*db->segs));
 	if (!db->segs)
 		return -ENOMEM;
