@@ -1,0 +1,237 @@
+/* engine/space.c — where the engine's bytes go on the memory node: carving
+ * slab space (eng_space_get, new slabs from the node), giving freed table
+ * extents back (eng_space_drain: slab pieces discarded then reused, node
+ * extents freed by the node), returning empty slabs (eng_space_trim), and
+ * the volume's "full" state (eng_space_check: free space under the reserve
+ * kept for deletes, flushes and compaction; docs/durability.md).
+ *
+ * Callers hold db->man_mu unless a function says otherwise.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/ratelimit.h"
+#include "engine/compaction_int.h"
+#include "engine/eng_int.h"
+
+
+/* Ranges freed inside our slabs smaller than this stay resident (the
+ * discard would round them away, or cost more than it returns). */
+#define ENG_DISCARD_MIN (64u << 10)
+
+void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	struct mn_extent *big = NULL;
+	size_t nb = 0;
+	int r;
+
+	for (size_t i = 0; i < n; i++) {
+		if (ex[i].len < ENG_DISCARD_MIN)
+			continue;
+		if (!big && !(big = malloc(n * sizeof(*big))))
+			return; /* the memory stays resident; nothing else is lost */
+		big[nb++] = ex[i];
+	}
+	r = nb ? mn_discard(db->mc, big, nb) : 0;
+	if (r)
+		dkv_log_rl(&rl, DKV_LOG_WARN,
+			   "could not return freed slab space to the memory node's OS (%s); "
+			   "it is reused, but stays resident",
+			   dkv_strerror(r));
+	else
+		atomic_fetch_add(&db->st_discards, nb);
+	free(big);
+}
+
+void eng_space_drain(struct eng_db *db)
+{
+	struct eng_edit_table *p;
+	struct mn_extent *node = NULL;
+	size_t n, nn = 0;
+
+	pthread_mutex_lock(&db->free_mu);
+	p = db->pending;
+	n = db->npending;
+	db->pending = NULL;
+	db->npending = db->pending_cap = 0;
+	pthread_mutex_unlock(&db->free_mu);
+	if (!n)
+		return;
+	db->space_checked_us = 0; /* space came back: the next low check looks */
+	node = calloc(n, sizeof(*node));
+	/* Slab pieces: discarded first (done before they can be reused), then
+	 * back to the allocator.  Node extents: freed by the node. */
+	for (size_t i = 0; i < n && node; i++)
+		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
+	eng_space_discard(db, node, nn);
+	nn = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+			eng_alloc_put(db->alloc, p[i].off, p[i].len);
+		else if (node)
+			node[nn++] = (struct mn_extent){ p[i].off, eng_node_extent_len(p[i].len) };
+	}
+	if (nn && mn_free_extents(db->mc, node, nn))
+		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
+	free(node);
+	free(p);
+}
+
+/* The volume's "full" state, logged once per change (one line each way). */
+static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
+{
+	atomic_store(&db->space_free, free_bytes);
+	if (atomic_exchange(&db->space_low, low) == low)
+		return;
+	if (low)
+		dkv_warn("volume %s is full: %llu MiB free on the memory node, under the %llu MiB "
+			 "kept for deletes, flushes and compaction; large writes fail with ENOSPC "
+			 "until files are deleted",
+			 db->o.volume, (unsigned long long)(free_bytes >> 20),
+			 (unsigned long long)(db->reserve >> 20));
+	else
+		dkv_info("volume %s has room again (%llu MiB free on the memory node)",
+			 db->o.volume, (unsigned long long)(free_bytes >> 20));
+}
+
+void eng_space_check(struct eng_db *db)
+{
+	struct mn_node_stats st;
+	uint64_t free_bytes;
+
+	if (db->read_only || mn_stats(db->mc, &st))
+		return;
+	/* Only the node's free space counts: free bytes inside our slabs are
+	 * scattered between live tables and cannot hold a flushed memtable. */
+	free_bytes = st.capacity > st.used ? st.capacity - st.used : 0;
+	/* one node page above the reserve: the smallest blob slab (engine/blob.c
+	 * refuses file data below it), so "full" and ENOSPC agree */
+	set_space_low(db, free_bytes < db->reserve + (1u << 20), free_bytes);
+}
+
+void eng_space_full(struct eng_db *db, uint64_t free_bytes)
+{
+	set_space_low(db, true, free_bytes);
+}
+
+int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
+{
+	struct mn_extent slab;
+	uint64_t want;
+	int r;
+
+	eng_space_drain(db);
+	r = eng_alloc_get(db->alloc, len, off);
+	if (r != -ENOSPC)
+		return r;
+	want = db->o.slab_size > len ? db->o.slab_size : len;
+	r = mn_alloc_slab(db->mc, want, &slab);
+	if (r == -ENOSPC && want > len)
+		r = mn_alloc_slab(db->mc, len, &slab); /* a smaller slab may still fit */
+	if (r == -ENOSPC)
+		set_space_low(db, true, 0);
+	if (r)
+		return r;
+	r = eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,
+			   sizeof(*db->slabs));
+	if (!r)
+		r = eng_alloc_add_slab(db->alloc, slab.off, slab.len);
+	if (r) {
+		mn_free_slab(db->mc, slab.off);
+		return r;
+	}
+	db->slabs[db->nslabs++] = slab;
+	/* Every new slab eats into the node's free space: look again now, not
+	 * at the next periodic check, or a fast writer runs through the
+	 * reserve kept for flushing (and a full node could then never flush
+	 * the deletes that would free it). */
+	eng_space_check(db);
+	return eng_alloc_get(db->alloc, len, off);
+}
+
+static void slab_list_remove(struct eng_db *db, uint64_t off)
+{
+	for (size_t i = 0; i < db->nslabs; i++) {
+		if (db->slabs[i].off != off)
+			continue;
+		if (i < db->nslabs_logged) {
+			/* keep [0, nslabs_logged) exactly the logged ones */
+			db->slabs[i] = db->slabs[db->nslabs_logged - 1];
+			db->slabs[db->nslabs_logged - 1] = db->slabs[db->nslabs - 1];
+			db->nslabs_logged--;
+		} else {
+			db->slabs[i] = db->slabs[db->nslabs - 1];
+		}
+		db->nslabs--;
+		return;
+	}
+}
+
+static void space_trim(struct eng_db *db, uint64_t keep_free)
+{
+	struct mn_extent s;
+
+	eng_space_drain(db);
+	while (eng_alloc_take_empty(db->alloc, keep_free, &s) == 0) {
+		struct eng_edit e = { 0 };
+		int r;
+
+		/* Out of the list first: a manifest rewrite triggered by this
+		 * append must not snapshot the slab as owned. */
+		slab_list_remove(db, s.off);
+		r = eng_edit_free_slab(&e, s.off, s.len);
+		if (!r)
+			r = eng_manifest_log(db, &e);
+		eng_edit_release(&e);
+		if (r) {
+			/* Still ours: put it back (logged again with the next
+			 * record, which is harmless). */
+			if (!eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,
+					    sizeof(*db->slabs)))
+				db->slabs[db->nslabs++] = s;
+			eng_alloc_add_slab(db->alloc, s.off, s.len);
+			return;
+		}
+		/* If this fails the slab is an orphan the next open frees. */
+		if (mn_free_slab(db->mc, s.off))
+			dkv_warn("could not give slab %llu back to the node",
+				 (unsigned long long)s.off);
+	}
+}
+
+void eng_space_trim(struct eng_db *db)
+{
+	space_trim(db, db->o.slab_size);
+}
+
+void eng_space_trim_all(struct eng_db *db)
+{
+	space_trim(db, 0);
+}
+
+void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
+{
+	eng_alloc_put(db->alloc, off, len);
+}
+
+/* ---------------------------------------------------------------- node */
+
+int eng_space(eng_db *db, uint64_t *capacity, uint64_t *used)
+{
+	struct mn_node_stats nst;
+	int r;
+
+	if (!db || !capacity || !used)
+		return -EINVAL;
+	r = mn_stats(db->mc, &nst);
+	if (r)
+		return r;
+	*capacity = nst.capacity;
+	*used = nst.used;
+	return 0;
+}
