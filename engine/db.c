@@ -564,14 +564,6 @@ void eng_view_put(struct eng_view *vw)
 	memset(vw, 0, sizeof(*vw));
 }
 
-static bool table_may_hold(const struct eng_table *t, const void *k, size_t kl)
-{
-	if (!t->meta.smallest)
-		return false;
-	return ikey_ukey_cmp(t->meta.smallest, t->meta.smallest_len, k, kl) <= 0 &&
-	       ikey_ukey_cmp(t->meta.largest, t->meta.largest_len, k, kl) >= 0;
-}
-
 /* Memory first: 0 found (copied), -ENOENT deleted, 1 not in memory. */
 static int mem_lookup(struct eng_mem *m, const void *k, size_t kl, uint64_t seq, void **val,
 		      size_t *vlen)
@@ -611,7 +603,7 @@ int eng_get(eng_db *db, const struct eng_read_opts *ro, const void *key, size_t 
 		for (size_t i = 0; i < vw.v->nfiles[l] && r == 1; i++) {
 			struct eng_table *t = vw.v->files[l][i];
 
-			if (table_may_hold(t, key, klen))
+			if (eng_table_may_hold(t, key, klen))
 				r = eng_table_get(t, key, klen, vw.seq, val, vlen);
 		}
 	}

@@ -143,7 +143,15 @@ int eng_table_adopt(struct eng_db *db, uint64_t number, uint64_t off, uint64_t l
 		    struct sst_index *idx, struct eng_table **out);
 void eng_table_ref(struct eng_table *t);
 void eng_table_unref(struct eng_table *t);
-/* Point lookup at snapshot seq: 0 value (malloc'ed), -ENOENT deleted, 1 absent. */
+/* Can user key k lie in t's key range?  (Every point lookup asks, per table.) */
+static inline bool eng_table_may_hold(const struct eng_table *t, const void *k, size_t kl)
+{
+	return t->meta.smallest &&
+	       ikey_ukey_cmp(t->meta.smallest, t->meta.smallest_len, k, kl) <= 0 &&
+	       ikey_ukey_cmp(t->meta.largest, t->meta.largest_len, k, kl) >= 0;
+}
+/* Point lookup at snapshot seq: 0 value (malloc'ed; v NULL: only whether
+ * there is one), -ENOENT deleted, 1 absent. */
 int eng_table_get(struct eng_table *t, const void *k, size_t kl, uint64_t seq, void **v,
 		  size_t *vl);
 /* The iterator does not hold a reference: the caller keeps t alive. */

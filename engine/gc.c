@@ -61,13 +61,6 @@ struct gc_iter {
 	uint64_t kept, hidden; /* record bytes */
 };
 
-static bool may_hold(const struct eng_table *t, const void *k, size_t kl)
-{
-	return t->meta.smallest &&
-	       ikey_ukey_cmp(t->meta.smallest, t->meta.smallest_len, k, kl) <= 0 &&
-	       ikey_ukey_cmp(t->meta.largest, t->meta.largest_len, k, kl) >= 0;
-}
-
 /* 1 when a table newer than ours holds key k at a sequence <= oldest (then
  * every reader sees that record or a newer one, never ours), 0 if none,
  * or an error. */
@@ -78,14 +71,11 @@ static int hidden_above(const struct gc_iter *g, const void *k, size_t kl)
 
 		for (size_t i = 0; i < n; i++) {
 			struct eng_table *t = g->v->files[l][i];
-			void *val = NULL;
-			size_t vl;
 			int r;
 
-			if (!may_hold(t, k, kl))
+			if (!eng_table_may_hold(t, k, kl))
 				continue;
-			r = eng_table_get(t, k, kl, g->oldest, &val, &vl);
-			free(val);
+			r = eng_table_get(t, k, kl, g->oldest, NULL, NULL);
 			if (r == 0 || r == -ENOENT)
 				return 1;
 			if (r != 1)

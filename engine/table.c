@@ -197,6 +197,8 @@ static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const v
 		r = 1;
 	} else if (ik.type == IKEY_DELETION) {
 		r = -ENOENT;
+	} else if (!v) {
+		r = 0; /* the caller asks only whether a value is there */
 	} else {
 		*v = malloc(rec.vlen ? rec.vlen : 1);
 		if (!*v) {
@@ -204,7 +206,8 @@ static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const v
 			goto out;
 		}
 		memcpy(*v, rec.value, rec.vlen);
-		*vl = rec.vlen;
+		if (vl)
+			*vl = rec.vlen;
 		r = 0;
 	}
 out:
