@@ -41,7 +41,7 @@ static void check(eng_db *db, const eng_snapshot *old, unsigned n, unsigned gen)
 	}
 }
 
-static int cleaner_heals(int mode)
+static void cleaner_heals(int mode)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -145,7 +145,6 @@ static int cleaner_heals(int mode)
 	check(db, NULL, n, 1);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
-	return (int)st.gc_rewrites;
 }
 
 Test(cleaner, half_deleted_full_node_heals_memnode, .timeout = 120)

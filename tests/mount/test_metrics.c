@@ -61,6 +61,9 @@ Test(metrics, curl_and_ctl_give_prometheus_text)
 	cr_assert_eq(sh("curl -s -o /dev/null -w '%%{http_code}' --max-time 10 "
 			"http://127.0.0.1:%d/nothing | grep -qx 404", port),
 		     0);
+	cr_assert_eq(sh("curl -s -o /dev/null -w '%%{http_code}' --max-time 10 -X POST "
+			"http://127.0.0.1:%d/metrics | grep -qx 405", port),
+		     0);
 	cr_assert_eq(sh("curl -sSI --max-time 10 http://127.0.0.1:%d/metrics | "
 			"grep -qi '^content-type: text/plain; version=0.0.4'", port),
 		     0);
@@ -90,11 +93,27 @@ Test(metrics, curl_and_ctl_give_prometheus_text)
 
 Test(metrics, a_bad_or_taken_port_fails_the_mount_with_a_clear_line)
 {
-	char log[4096];
+	char log[4096], opt[64];
 
 	cr_assert_neq(up("metrics=notaport"), 0);
 	sh_out(log, sizeof(log), "grep -h 'metrics=' %s/dkvfs.log %s/data/dkvfs.log 2>/dev/null | "
 		 "head -n 1", T, T);
 	cr_assert(strstr(log, "bad metrics=notaport"), "log: %s", log);
+	cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
+
+	/* a port someone else listens on */
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(fd, 1), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	snprintf(opt, sizeof(opt), "metrics=127.0.0.1:%d", ntohs(a.sin_port));
+	cr_assert_neq(up(opt), 0, "mounted although the metrics port is taken");
+	sh_out(log, sizeof(log), "grep -h 'cannot listen' %s/dkvfs.log %s/data/dkvfs.log "
+		 "2>/dev/null | head -n 1", T, T);
+	cr_assert(strstr(log, "is the port taken?"), "log: %s", log);
+	cr_assert_neq(sh("grep -qs ' %s ' /proc/mounts", MNT), 0, "left a mount behind");
+	close(fd);
 	cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
 }

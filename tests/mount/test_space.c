@@ -174,9 +174,11 @@ Test(space, full_node_heals_after_half_the_files_are_removed)
  * the node's free space in 64 KiB holes between live extents, none big
  * enough for a whole 256 KiB chunk (the new file's chunks are stored in
  * pieces: fs_pieced_chunks, want_pieces). */
-static void fill_half_remove_heal(size_t SMALL, int MAXF, bool want_pieces)
+static void fill_half_remove_heal(size_t fsize, int maxf, bool want_pieces)
 {
 	static uint8_t buf[64 << 10];
+
+	cr_assert_leq(fsize, sizeof(buf));
 	char p[PATH_MAX + 64];
 	int n, bad = 0, ok_after = -1;
 
@@ -185,21 +187,21 @@ static void fill_half_remove_heal(size_t SMALL, int MAXF, bool want_pieces)
 			B, T, op_timeout_ms(5000), T, MNT, T),
 		     0);
 	cr_assert_eq(sh("mkdir %s/d", MNT), 0);
-	/* file i holds SMALL bytes derived from i */
-	for (n = 0; n < MAXF; n++) {
-		for (size_t j = 0; j < SMALL; j += 4)
+	/* file i holds fsize bytes derived from i */
+	for (n = 0; n < maxf; n++) {
+		for (size_t j = 0; j < fsize; j += 4)
 			*(uint32_t *)(buf + j) = (uint32_t)n * 2654435761u + (uint32_t)j;
 		snprintf(p, sizeof(p), "%s/d/f%d", MNT, n);
 		FILE *f = fopen(p, "w");
 		if (!f)
 			break;
-		size_t w = fwrite(buf, 1, SMALL, f);
-		if (fclose(f) || w != SMALL)
+		size_t w = fwrite(buf, 1, fsize, f);
+		if (fclose(f) || w != fsize)
 			break;
 	}
-	fprintf(stderr, "%zu B files: %d written before ENOSPC\n", SMALL, n);
-	cr_assert_lt(n, MAXF, "a 256 MiB node took %d files of %zu B", MAXF, SMALL);
-	cr_assert_gt(n, (int)((128u << 20) / SMALL), "only %d files of %zu B fit on a 256 MiB node", n, SMALL);
+	fprintf(stderr, "%zu B files: %d written before ENOSPC\n", fsize, n);
+	cr_assert_lt(n, maxf, "a 256 MiB node took %d files of %zu B", maxf, fsize);
+	cr_assert_gt(n, (int)((128u << 20) / fsize), "only %d files of %zu B fit on a 256 MiB node", n, fsize);
 	snprintf(p, sizeof(p), "%s/d/f%d", MNT, n);
 	unlink(p); /* the one that failed, if it exists */
 	for (int i = 0; i < n; i += 2) {
@@ -214,7 +216,7 @@ static void fill_half_remove_heal(size_t SMALL, int MAXF, bool want_pieces)
 		for (int i = 1; i < n; i += 38) { /* kept files: reads never fail meanwhile */
 			snprintf(p, sizeof(p), "%s/d/f%d", MNT, i);
 			FILE *f = fopen(p, "r");
-			bad += !f || fread(buf, 1, SMALL, f) != SMALL;
+			bad += !f || fread(buf, 1, fsize, f) != fsize;
 			if (f)
 				fclose(f);
 		}
@@ -236,14 +238,14 @@ static void fill_half_remove_heal(size_t SMALL, int MAXF, bool want_pieces)
 	for (int i = 1; i < n; i += 2) {
 		snprintf(p, sizeof(p), "%s/d/f%d", MNT, i);
 		FILE *f = fopen(p, "r");
-		cr_assert(f && fread(buf, 1, SMALL, f) == SMALL, "f%d unreadable", i);
+		cr_assert(f && fread(buf, 1, fsize, f) == fsize, "f%d unreadable", i);
 		fclose(f);
-		for (size_t j = 0; j < SMALL; j += 4)
+		for (size_t j = 0; j < fsize; j += 4)
 			cr_assert_eq(*(uint32_t *)(buf + j), (uint32_t)i * 2654435761u + (uint32_t)j,
 				     "f%d differs after the heal", i);
 	}
 	fprintf(stderr, "%zu B files: %d fit, write ok %d s after removing half, %s pieced puts\n",
-		SMALL, n, ok_after, pieced);
+		fsize, n, ok_after, pieced);
 	down();
 }
 
