@@ -468,6 +468,9 @@ struct eng_piece_place {
 int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
 		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
 		    struct eng_piece *pc, bool *more);
+/* Pieces written but not installed: handles dropped, their space back to
+ * the allocator. */
+void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n);
 
 /* Allocate len bytes of slab space, growing slabs as needed (new slabs are
  * logged with the next manifest record).  Caller holds man_mu. */

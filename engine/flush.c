@@ -193,7 +193,7 @@ out:
 #define FLUSH_PIECE_MIN (1u << 20)
 #define FLUSH_MAX_PIECES 64
 
-static void pieces_release(struct eng_db *db, struct eng_piece *pc, int n)
+void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (pc[i].t) {
@@ -345,7 +345,7 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	atomic_fetch_add(&db->st_flush_bytes, bytes);
 	dkv_debug("flushed memtable: %llu bytes", (unsigned long long)bytes);
 out:
-	pieces_release(db, pc, n);
+	eng_pieces_release(db, pc, n);
 	free(start);
 	dkv_iter_destroy(it);
 	return r;

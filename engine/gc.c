@@ -310,15 +310,10 @@ static int rewrite(struct eng_gc *gc, const struct eng_version *v, int level, si
 	if (!r)
 		r = eng_install_edit(db, &e, n ? added : NULL, NULL);
 	eng_edit_release(&e);
-	for (int i = 0; i < n; i++) {
-		if (r) { /* not installed: the piece's space goes back */
-			atomic_store(&pc[i].t->obsolete, false);
-			pthread_mutex_lock(&db->man_mu);
-			eng_space_put(db, pc[i].off, pc[i].size);
-			pthread_mutex_unlock(&db->man_mu);
-		}
-		eng_table_unref(pc[i].t);
-	}
+	if (r)
+		eng_pieces_release(db, pc, n); /* not installed: the space goes back */
+	for (int i = 0; i < n && !r; i++)
+		eng_table_unref(pc[i].t); /* the version holds them now */
 	if (!r) {
 		atomic_fetch_add(&db->st_gc_rewrites, 1);
 		atomic_fetch_add(&db->st_gc_freed, t->len > bytes ? t->len - bytes : 0);
