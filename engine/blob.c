@@ -141,6 +141,13 @@ static int grow(struct eng_db *db, uint64_t need)
 		r = eng_edit_add_bslab(&e, slab.off, slab.len);
 	if (!r)
 		r = eng_manifest_log(db, &e);
+	if (r && e.unsure) {
+		/* maybe logged: given back only once the manifest is rewritten */
+		eng_space_defer(db, ENG_DEFER_SLAB, slab.off, slab.len);
+		eng_edit_release(&e);
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
 	eng_edit_release(&e);
 	if (!r)
 		r = eng_alloc_add_slab(db->balloc, slab.off, slab.len);
@@ -377,18 +384,22 @@ static void trim(struct eng_db *db)
 	while (eng_alloc_take_empty(db->balloc, db->o.slab_size, &s) == 0) {
 		struct eng_edit e = { 0 };
 		size_t si = 0;
+		bool unsure;
 		int r;
 
 		pthread_mutex_lock(&db->man_mu);
 		r = eng_edit_free_bslab(&e, s.off, s.len);
 		if (!r)
 			r = eng_manifest_log(db, &e);
+		unsure = e.unsure;
 		eng_edit_release(&e);
-		if (r) {
+		if (r && !unsure) {
 			pthread_mutex_unlock(&db->man_mu);
 			eng_alloc_add_slab(db->balloc, s.off, s.len); /* still ours */
 			return;
 		}
+		/* Freed, or maybe freed (unsure): either way no more file data
+		 * goes there, since the next open may not count it as ours. */
 		if (slab_of(db, s.off, &si)) {
 			db->bslabs[si] = db->bslabs[db->nbslabs - 1];
 			db->nbslabs--;
@@ -406,12 +417,16 @@ static void trim(struct eng_db *db)
 		for (size_t i = 0; i < db->nbdirty; i++)
 			if (db->bdirty[i] == s.off)
 				db->bdirty[i--] = db->bdirty[--db->nbdirty];
-		if (mn_free_slab(db->mc, s.off))
+		if (unsure)
+			eng_space_defer(db, ENG_DEFER_SLAB, s.off, s.len);
+		else if (mn_free_slab(db->mc, s.off))
 			dkv_warn("could not give blob slab %llu back to the node (freed at the "
 				 "next open)",
 				 (unsigned long long)s.off);
 		eng_space_check(db);
 		pthread_mutex_unlock(&db->man_mu);
+		if (r)
+			return;
 	}
 }
 

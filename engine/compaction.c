@@ -458,7 +458,9 @@ static int outs_add(struct outs *os, const struct out *x)
 }
 
 /* Give back every output's space (compaction failed or was cancelled). */
-static void outs_discard(struct eng_db *db, struct outs *os)
+/* Outputs not installed: handles dropped, space given back; held back
+ * instead (eng_space_defer) when the edit naming them was unsure. */
+static void outs_discard(struct eng_db *db, struct outs *os, bool unsure)
 {
 	struct mn_extent *ex = calloc(os->n ? os->n : 1, sizeof(*ex));
 	size_t nn = 0;
@@ -471,7 +473,11 @@ static void outs_discard(struct eng_db *db, struct outs *os)
 			eng_table_unref(x->t);
 			x->t = NULL;
 		}
-		if (x->owner == ENG_TABLE_SLAB)
+		if (unsure)
+			eng_space_defer(db, x->owner == ENG_TABLE_SLAB ? ENG_DEFER_SPACE
+								: ENG_DEFER_EXTENT,
+					x->off, x->len);
+		else if (x->owner == ENG_TABLE_SLAB)
 			eng_space_put(db, x->off, x->len);
 		else if (ex)
 			ex[nn++] = (struct mn_extent){ x->off, eng_node_extent_len(x->len) };
@@ -873,7 +879,8 @@ out:
 
 /* ---------------------------------------------------------------- install */
 
-static int install(struct eng_db *db, const struct pick *p, struct outs *os)
+/* *unsure: the edit failed but may be in the manifest (eng_edit.unsure). */
+static int install(struct eng_db *db, const struct pick *p, struct outs *os, bool *unsure)
 {
 	struct eng_edit e = { 0 };
 	struct eng_table **added = NULL;
@@ -890,6 +897,7 @@ static int install(struct eng_db *db, const struct pick *p, struct outs *os)
 		/* The same handle lives on one level down: not obsolete. */
 		if (!r)
 			atomic_store(&t->obsolete, false);
+		*unsure = e.unsure;
 		eng_edit_release(&e);
 		return r;
 	}
@@ -903,8 +911,10 @@ static int install(struct eng_db *db, const struct pick *p, struct outs *os)
 		r = eng_edit_add_table(&e, p->out, os->o[i].number, os->o[i].off, os->o[i].len,
 				       os->o[i].owner);
 	}
+	e.test_lose_ack = eng_fault_hit(db, ENG_FAULT_COMPACTION_ACK);
 	if (!r)
 		r = eng_install_edit(db, &e, added, NULL);
+	*unsure = e.unsure;
 	eng_edit_release(&e);
 	free(added);
 	return r;
@@ -918,10 +928,11 @@ static int run_pick(struct eng_db *db, const struct pick *p)
 	uint64_t *snaps = NULL;
 	size_t nch = 0, nsnaps = 0;
 	uint64_t t0 = eng_now_us(), out_bytes = 0;
+	bool unsure = false;
 	int r;
 
 	if (p->move) {
-		r = install(db, p, NULL);
+		r = install(db, p, NULL, &unsure); /* unsure: the table is kept anyway */
 		goto done;
 	}
 	snap_list(db, &snaps, &nsnaps);
@@ -940,11 +951,11 @@ static int run_pick(struct eng_db *db, const struct pick *p)
 	if (!r && atomic_load(&db->comp->cancel))
 		r = -ECANCELED;
 	if (!r)
-		r = install(db, p, &os);
+		r = install(db, p, &os, &unsure);
 	for (size_t i = 0; i < os.n; i++)
 		out_bytes += os.o[i].len;
 	if (r) {
-		outs_discard(db, &os);
+		outs_discard(db, &os, unsure);
 	} else {
 		for (size_t i = 0; i < os.n; i++)
 			eng_table_unref(os.o[i].t); /* the version holds them now */

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/coding.h"
 #include "common/err.h"
@@ -126,6 +127,8 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 	 * db->current changes only here, under man_mu, so it cannot move
 	 * between the build and the install. */
 	pthread_mutex_lock(&db->man_mu);
+	if (eng_fault_hit(db, ENG_FAULT_KILL_INSTALL))
+		_exit(77); /* a crash point for tests: nothing after this runs */
 	r = eng_fault_hit(db, ENG_FAULT_VERSION_APPLY)
 		? -ENOMEM
 		: eng_version_apply(db->current, e, added, &v);

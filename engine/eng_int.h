@@ -50,6 +50,10 @@ int eng_cond_init(pthread_cond_t *cv);
 enum eng_fault {
 	ENG_FAULT_MEM_INSERT,    /* one memtable insert of a write group */
 	ENG_FAULT_VERSION_APPLY, /* building the version an edit installs */
+	ENG_FAULT_MANIFEST_ACK,  /* a manifest record reached the node, its ack is lost (-EIO) */
+	ENG_FAULT_ROOT_ACK,      /* the root was switched, its ack is lost (-EIO) */
+	ENG_FAULT_KILL_INSTALL,  /* the process dies (_exit 77) as an edit is about to be logged */
+	ENG_FAULT_COMPACTION_ACK, /* MANIFEST_ACK for a compaction's edit only */
 	ENG_FAULT_N
 };
 struct eng_db;
@@ -200,6 +204,13 @@ struct eng_edit {
 	size_t nbslabs;
 	struct mn_extent *bslab_frees;
 	size_t nbslab_frees;
+	/* Set by eng_manifest_log when the append failed after the record may
+	 * have reached the node (an error from the write or the sync, e.g. a
+	 * lost acknowledgement): the durable manifest may hold this edit while
+	 * the engine goes on without it.  Whatever the edit adds is then handed
+	 * to eng_space_defer, never given back (docs/manifest.md). */
+	bool unsure;
+	bool test_lose_ack; /* fault injection: this edit's append reports -EIO */
 };
 void eng_edit_release(struct eng_edit *e);
 int eng_edit_add_table(struct eng_edit *e, int level, uint64_t number, uint64_t off,
@@ -376,6 +387,10 @@ struct eng_db {
 	pthread_mutex_t free_mu;
 	struct eng_edit_table *pending; /* free_mu; off, len, owner used */
 	size_t npending, pending_cap;
+	/* Space a manifest record of unknown outcome may name (eng_space_defer):
+	 * given back after the next manifest rewrite.  man_mu. */
+	struct eng_deferred *deferred;
+	size_t ndeferred, deferred_cap;
 
 	/* stats (relaxed atomics) */
 	_Atomic uint64_t st_puts, st_deletes, st_gets, st_get_hits, st_iter_seeks, st_batches;
@@ -469,8 +484,8 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
 		    struct eng_piece *pc, bool *more);
 /* Pieces written but not installed: handles dropped, their space back to
- * the allocator. */
-void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n);
+ * the allocator, or to eng_space_defer when the edit was unsure. */
+void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool unsure);
 
 /* Allocate len bytes of slab space, growing slabs as needed (new slabs are
  * logged with the next manifest record).  Caller holds man_mu. */
@@ -479,6 +494,23 @@ void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);
 /* Return pending table extents (slab ones to the allocator, node ones to the
  * node).  Caller holds man_mu. */
 void eng_space_drain(struct eng_db *db);
+/* Space named by an edit whose append was unsure (eng_edit.unsure): the
+ * durable manifest may name it, so it is not given back now, but after the
+ * next manifest rewrite, which records the in-memory state without it
+ * (eng_space_release_deferred, called by the rewrite).  If the process dies
+ * first, the next open finds it either named or an orphan.  Caller holds
+ * man_mu. */
+enum eng_defer_kind {
+	ENG_DEFER_SPACE,  /* slab space: eng_space_put */
+	ENG_DEFER_EXTENT, /* node-owned table extent (len: the table's): mn_free_extents */
+	ENG_DEFER_SLAB,   /* a whole slab or blob slab: mn_free_slab */
+};
+struct eng_deferred {
+	uint64_t off, len;
+	enum eng_defer_kind kind;
+};
+void eng_space_defer(struct eng_db *db, enum eng_defer_kind kind, uint64_t off, uint64_t len);
+void eng_space_release_deferred(struct eng_db *db);
 /* Return freed ranges of our slabs to the memory node's OS (MN_OP_DISCARD;
  * ranges under 64 KiB are skipped).  Call before the ranges are put back in
  * the allocator.  Failure is logged (rate-limited) and costs only memory. */

@@ -193,7 +193,7 @@ out:
 #define FLUSH_PIECE_MIN (1u << 20)
 #define FLUSH_MAX_PIECES 64
 
-void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n)
+void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool unsure)
 {
 	for (int i = 0; i < n; i++) {
 		if (pc[i].t) {
@@ -201,7 +201,10 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n)
 			eng_table_unref(pc[i].t);
 		}
 		pthread_mutex_lock(&db->man_mu);
-		eng_space_put(db, pc[i].off, pc[i].size);
+		if (unsure)
+			eng_space_defer(db, ENG_DEFER_SPACE, pc[i].off, pc[i].size);
+		else
+			eng_space_put(db, pc[i].off, pc[i].size);
 		pthread_mutex_unlock(&db->man_mu);
 	}
 }
@@ -289,7 +292,7 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	uint8_t *start = NULL;
 	size_t slen = 0;
 	uint64_t est, bytes = 0, wal_min;
-	bool more = true;
+	bool more = true, unsure = false;
 	int n = 0, r;
 
 	/* The memtable's bytes bound its records' (keys included): add the tail. */
@@ -333,10 +336,11 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 		r = eng_edit_add_table(&e, 0, pc[i].number, pc[i].off, pc[i].size, ENG_TABLE_SLAB);
 	if (!r)
 		r = eng_install_edit(db, &e, added, m);
+	unsure = e.unsure;
 	eng_edit_release(&e);
 	if (r)
-		goto out; /* not logged: handles freed, space returned below; if the
-			   * edit did reach the manifest, the next open finds it */
+		goto out; /* not installed: handles freed, space returned below (held
+			   * back if the edit may be in the manifest) */
 	for (int i = 0; i < n; i++)
 		eng_table_unref(pc[i].t); /* the version holds them now */
 	n = 0;
@@ -345,7 +349,7 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	atomic_fetch_add(&db->st_flush_bytes, bytes);
 	dkv_debug("flushed memtable: %llu bytes", (unsigned long long)bytes);
 out:
-	eng_pieces_release(db, pc, n);
+	eng_pieces_release(db, pc, n, unsure);
 	free(start);
 	dkv_iter_destroy(it);
 	return r;

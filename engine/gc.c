@@ -262,7 +262,7 @@ static int rewrite(struct eng_gc *gc, const struct eng_version *v, int level, si
 	uint8_t *start = NULL;
 	size_t slen = 0;
 	uint64_t bytes = 0;
-	bool more;
+	bool more, unsure = false;
 	int n = 0, r;
 
 	for (int i = 0; i < ENG_WRITE_NBUF; i++)
@@ -309,9 +309,10 @@ static int rewrite(struct eng_gc *gc, const struct eng_version *v, int level, si
 				       ENG_TABLE_SLAB);
 	if (!r)
 		r = eng_install_edit(db, &e, n ? added : NULL, NULL);
+	unsure = e.unsure;
 	eng_edit_release(&e);
-	if (r)
-		eng_pieces_release(db, pc, n); /* not installed: the space goes back */
+	if (r) /* not installed: the space goes back (or is held back) */
+		eng_pieces_release(db, pc, n, unsure);
 	for (int i = 0; i < n && !r; i++)
 		eng_table_unref(pc[i].t); /* the version holds them now */
 	if (!r) {

@@ -350,7 +350,7 @@ static void root_encode(uint8_t *b, uint64_t no, uint64_t off, uint64_t len)
 /* ---------------------------------------------------------------- manifest */
 
 /* Write one framed record at the manifest's tail and make it durable. */
-static int man_append(struct eng_db *db, const uint8_t *payload, size_t plen)
+static int man_append(struct eng_db *db, const uint8_t *payload, size_t plen, bool lose_ack)
 {
 	size_t n = ENG_WAL_HDR + plen;
 	uint8_t *rec = malloc(n);
@@ -364,6 +364,8 @@ static int man_append(struct eng_db *db, const uint8_t *payload, size_t plen)
 		r = mn_write(db->mc, db->man_off + db->man_used, rec, n);
 	if (!r)
 		r = mn_sync(db->mc, db->man_off + db->man_used, n);
+	if (!r && (lose_ack || eng_fault_hit(db, ENG_FAULT_MANIFEST_ACK)))
+		r = -EIO;
 	free(rec);
 	if (!r)
 		db->man_used += n;
@@ -408,27 +410,39 @@ static int man_rewrite(struct eng_db *db)
 	db->man_off = off;
 	db->man_len = len;
 	db->man_used = 0;
-	r = man_append(db, payload, plen);
-	if (!r) {
-		root_encode(root, no, off, len);
-		r = mn_root_set(db->mc, root, sizeof(root));
-	}
+	r = man_append(db, payload, plen, false);
+	if (r)
+		goto out_old;
+	root_encode(root, no, off, len);
+	r = mn_root_set(db->mc, root, sizeof(root));
+	if (!r && eng_fault_hit(db, ENG_FAULT_ROOT_ACK))
+		r = -EIO;
 	if (r) {
-		/* The root still names the old manifest (or none): keep it
-		 * current but full, so the next append retries the rewrite. */
-		db->man_off = old_off;
-		db->man_len = old_len;
-		db->man_used = old_len;
-		goto out_put;
+		/* The root may name the new manifest already: its extent is held
+		 * back until a later rewrite switches the root for sure. */
+		eng_space_defer(db, ENG_DEFER_SPACE, off, len);
+		off = len = 0;
+		goto out_old;
 	}
 	db->nslabs_logged = db->nslabs;
 	if (old_len)
 		eng_space_put(db, old_off, old_len);
+	/* The durable state is now the in-memory one: space that unsure
+	 * records may have named is named by nothing. */
+	eng_space_release_deferred(db);
 	dkv_debug("manifest %llu written (%zu bytes of state)", (unsigned long long)no, plen);
 	free(payload);
 	return 0;
+out_old:
+	/* The root names the old manifest (or, after an unsure root switch,
+	 * maybe the new one): keep the old current but full, so the next
+	 * append rewrites. */
+	db->man_off = old_off;
+	db->man_len = old_len;
+	db->man_used = old_len;
 out_put:
-	eng_space_put(db, off, len);
+	if (len)
+		eng_space_put(db, off, len);
 	free(payload);
 	return r;
 }
@@ -465,9 +479,11 @@ int eng_manifest_log(struct eng_db *db, struct eng_edit *e)
 			goto out;
 		}
 	}
-	r = man_append(db, payload, plen);
+	r = man_append(db, payload, plen, e->test_lose_ack);
 	if (!r)
 		db->nslabs_logged = db->nslabs;
+	else
+		e->unsure = true; /* the write or sync failed: it may be there */
 out:
 	free(payload);
 	return r;

@@ -365,6 +365,7 @@ int eng_close(eng_db *db)
 	eng_alloc_destroy(db->alloc);
 	eng_blob_fini(db);
 	free(db->pending);
+	free(db->deferred); /* still named, or orphans the next open frees */
 	free(db->segs);
 	free(db->slabs);
 	free(db->memnode);

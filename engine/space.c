@@ -3,7 +3,8 @@
  * extents back (eng_space_drain: slab pieces discarded then reused, node
  * extents freed by the node), returning empty slabs (eng_space_trim), and
  * the volume's "full" state (eng_space_check: free space under the reserve
- * kept for deletes, flushes and compaction; docs/durability.md).
+ * kept for deletes, flushes and compaction; docs/durability.md), and space
+ * held back while a manifest record's outcome is unknown (eng_space_defer).
  *
  * Callers hold db->man_mu unless a function says otherwise.
  */
@@ -80,6 +81,45 @@ void eng_space_drain(struct eng_db *db)
 		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
 	free(node);
 	free(p);
+}
+
+void eng_space_defer(struct eng_db *db, enum eng_defer_kind kind, uint64_t off, uint64_t len)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+
+	dkv_log_rl(&rl, DKV_LOG_WARN,
+		   "a manifest write failed after it may have reached the memory node: the "
+		   "space it names is kept until the manifest is rewritten (nothing to do)");
+	if (eng_array_grow((void **)&db->deferred, &db->deferred_cap, db->ndeferred + 1,
+			   sizeof(*db->deferred)))
+		return; /* kept for good: the next open frees it as an orphan */
+	db->deferred[db->ndeferred++] = (struct eng_deferred){ off, len, kind };
+}
+
+void eng_space_release_deferred(struct eng_db *db)
+{
+	struct mn_extent *node;
+	size_t n = db->ndeferred, nn = 0;
+
+	if (!n)
+		return;
+	node = calloc(n, sizeof(*node));
+	for (size_t i = 0; i < n; i++) {
+		struct eng_deferred *d = &db->deferred[i];
+
+		if (d->kind == ENG_DEFER_SPACE)
+			eng_space_put(db, d->off, d->len);
+		else if (d->kind == ENG_DEFER_SLAB && mn_free_slab(db->mc, d->off))
+			dkv_warn("could not give slab %llu back to the node (the next open frees it)",
+				 (unsigned long long)d->off);
+		else if (d->kind == ENG_DEFER_EXTENT && node)
+			node[nn++] = (struct mn_extent){ d->off, eng_node_extent_len(d->len) };
+	}
+	if (nn && mn_free_extents(db->mc, node, nn))
+		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
+	free(node);
+	db->ndeferred = 0;
+	db->space_checked_us = 0;
 }
 
 /* The volume's "full" state, logged once per change (one line each way). */

@@ -99,11 +99,13 @@ int eng_wal_new_segment(struct eng_db *db, uint64_t min_len)
 	r = eng_edit_add_seg(&e, log_no, off, len);
 	if (!r)
 		r = eng_manifest_log(db, &e);
-	eng_edit_release(&e);
-	if (r) {
+	if (r && e.unsure)
+		eng_space_defer(db, ENG_DEFER_SPACE, off, len); /* maybe logged */
+	else if (r)
 		eng_space_put(db, off, len);
+	eng_edit_release(&e);
+	if (r)
 		return r;
-	}
 	db->segs[db->nsegs++] = (struct eng_wal_seg){ log_no, off, len, 0 };
 	return 0;
 }

@@ -39,19 +39,6 @@ static void copts(struct eng_options *o, const struct tnode *n, enum eng_compact
 	o->level_size_ratio = 3;
 }
 
-static int open_retry(const struct eng_options *o, eng_db **db)
-{
-	int r = eng_open(o, db);
-
-	/* the old writer's lease ends when the node sees its connection go:
-	 * slower in sanitizer builds */
-	for (int i = 0; i < 500 * test_time_scale() && r == -DKV_E_LEASE; i++) {
-		usleep(10000);
-		r = eng_open(o, db);
-	}
-	return r;
-}
-
 static void check_key(eng_db *db, const eng_snapshot *snap, const struct mslot *m, unsigned i)
 {
 	struct eng_read_opts ro = { .snapshot = snap };

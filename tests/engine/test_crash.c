@@ -42,19 +42,6 @@ static size_t vfor(char *v, size_t cap, uint32_t tag)
 	return tval(v, cap, tag, tag % 16 == 0 ? 100000 + tag % 5000 : 20 + tag % 300);
 }
 
-/* The node notices the killed client's connection asynchronously; until it
- * does, the dead client's lease is still held: retry for a bounded time. */
-static int open_retry(const struct eng_options *o, eng_db **db)
-{
-	int r = eng_open(o, db);
-
-	for (int i = 0; i < 500 && r == -DKV_E_LEASE; i++) {
-		usleep(10000);
-		r = eng_open(o, db);
-	}
-	return r;
-}
-
 static void child(const struct eng_options *o, int fd, unsigned seed)
 {
 	eng_db *db;

@@ -147,19 +147,6 @@ Test(enospc, deleting_frees_space_again, .timeout = 90)
  * writes with ENOSPC, and compaction looped on "No space left").  Then the
  * reopened volume must still take deletes and metadata-sized writes, and once
  * everything is deleted, large writes again. */
-/* Open, retrying while the killed writer's lease is still ending. */
-static int open_retry(const struct eng_options *o, eng_db **db)
-{
-	int r = -DKV_E_LEASE;
-
-	for (int t = 0; t < 100 * test_time_scale() && r == -DKV_E_LEASE; t++) {
-		r = eng_open(o, db);
-		if (r == -DKV_E_LEASE)
-			usleep(50000);
-	}
-	return r;
-}
-
 /* The child reports over the pipe how its writes ended. */
 static void ingest_child(const struct eng_options *o, unsigned round, int out)
 {
