@@ -54,6 +54,8 @@ struct fs_opts {
 	bool sync_on_close;      /* close() also eng_sync()s (default false: fsync does) */
 	bool writeback_cache;    /* kernel writeback cache (default false) */
 	enum fs_atime atime;     /* when reads stamp atime, default FS_ATIME_RELATIME */
+	size_t rename_batch_bytes; /* keys + values one rename batch may hold; a larger
+				    * directory moves in steps (default 16 MiB) */
 };
 void fs_opts_init(struct fs_opts *o);
 

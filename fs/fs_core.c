@@ -43,6 +43,7 @@ void fs_opts_init(struct fs_opts *o)
 	o->attr_timeout = 1.0;
 	o->implicit_dirs = false;
 	o->max_dirty_chunks = 4;
+	o->rename_batch_bytes = 16u << 20;
 }
 
 void fs_rec_init_new(struct fs_rec *rec, uint32_t mode, uint32_t uid, uint32_t gid, uint64_t ino)
@@ -125,8 +126,8 @@ int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec)
 	return rc;
 }
 
-int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
-	      bool implicit)
+static int lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec,
+		  struct fs_key *reckey, bool implicit)
 {
 	struct fs_key mk;
 	int rc;
@@ -183,6 +184,16 @@ int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, str
 	if (reckey)
 		reckey->len = 0;
 	return 0;
+}
+
+/* Under move_lock (reader): never halfway through a rename in steps. */
+int fs_lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec, struct fs_key *reckey,
+	      bool implicit)
+{
+	pthread_rwlock_rdlock(&fs->move_lock);
+	int rc = lookup(fs, k, rec, reckey, implicit);
+	pthread_rwlock_unlock(&fs->move_lock);
+	return rc;
 }
 
 int fs_batch_put_rec(struct fs_kv_batch *b, const uint8_t *key, size_t klen, const struct fs_rec *rec)
@@ -494,11 +505,18 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	if (fs->opts.max_dirty_chunks < 1)
 		fs->opts.max_dirty_chunks = 1;
 	pthread_rwlock_init(&fs->ns_lock, NULL);
+	pthread_rwlock_init(&fs->move_lock, NULL);
 	pthread_mutex_init(&fs->open_lock, NULL);
 	pthread_mutex_init(&fs->root_lock, NULL);
 	dkv_ratelimit_init(&fs->err_rl, 10000, 10);
 	pthread_mutex_init(&fs->id_lock, NULL);
+	if (fs->opts.rename_batch_bytes < 1)
+		fs->opts.rename_batch_bytes = 1;
+	const char *die = getenv("DKVFS_TEST_RENAME_DIE_AFTER");
+	fs->test_rename_die_after = die ? (unsigned)atoi(die) : 0;
 	rc = load_or_make(fs);
+	if (!rc && !fs->opts.read_only)
+		rc = fs_rename_recover(fs);
 	if (!rc && !fs->opts.read_only)
 		rc = recover_intents(fs);
 	if (!rc && !fs->opts.read_only)
@@ -524,6 +542,7 @@ int fs_destroy(struct fs_ctx *fs)
 			rc = r2;
 	}
 	pthread_rwlock_destroy(&fs->ns_lock);
+	pthread_rwlock_destroy(&fs->move_lock);
 	pthread_mutex_destroy(&fs->open_lock);
 	pthread_mutex_destroy(&fs->root_lock);
 	dkv_ratelimit_release(&fs->err_rl);
@@ -538,6 +557,7 @@ void fs_drop(struct fs_ctx *fs)
 		return;
 	fs_inode_drop_all(fs);
 	pthread_rwlock_destroy(&fs->ns_lock);
+	pthread_rwlock_destroy(&fs->move_lock);
 	pthread_mutex_destroy(&fs->open_lock);
 	pthread_mutex_destroy(&fs->root_lock);
 	dkv_ratelimit_release(&fs->err_rl);
@@ -557,7 +577,7 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 	int m = snprintf(buf + n, cap - n,
 		"fs_backend: %s\nfs_open_inodes: %zu\nfs_lookups: %" PRIu64 "\nfs_creates: %" PRIu64
 		"\nfs_mkdirs: %" PRIu64 "\nfs_unlinks: %" PRIu64 "\nfs_rmdirs: %" PRIu64
-		"\nfs_renames: %" PRIu64 "\nfs_renamed_keys: %" PRIu64 "\nfs_commits: %" PRIu64
+		"\nfs_renames: %" PRIu64 "\nfs_renamed_keys: %" PRIu64 "\nfs_rename_steps: %" PRIu64 "\nfs_commits: %" PRIu64
 		"\nfs_commit_bytes: %" PRIu64 "\nfs_early_flushes: %" PRIu64
 		"\nfs_chunk_loads: %" PRIu64 "\nfs_chunk_load_bytes: %" PRIu64 "\nfs_reads: %" PRIu64
 		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
@@ -566,7 +586,7 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64 "\nfs_pieced_chunks: %" PRIu64
 		"\nfs_extent_write_bytes: %" PRIu64 "\nfs_extent_frees: %" PRIu64 "\n",
 		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
-		C(renames), C(renamed_keys), C(commits), C(commit_bytes), C(early_flushes),
+		C(renames), C(renamed_keys), C(rename_steps), C(commits), C(commit_bytes), C(early_flushes),
 		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
 		C(write_bytes), C(readdir_entries), C(readdir_seeks), C(reclaims),
 		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes), C(pieced_chunks),

@@ -94,7 +94,10 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 		uint8_t hi[FS_KEY_MAX];
 		memcpy(hi, dh->dir.b, plen);
 		hi[plen - 1] = 0x01;
+		/* the iterator is a snapshot: made outside a rename in steps */
+		pthread_rwlock_rdlock(&fs->move_lock);
 		int rc = fs_kv_iter_create(fs->kv, dh->dir.b, plen, hi, plen, &dh->it);
+		pthread_rwlock_unlock(&fs->move_lock);
 		if (rc)
 			return rc;
 		dh->rc = fs_kv_iter_seek(dh->it, dh->dir.b, plen);

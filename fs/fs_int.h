@@ -39,6 +39,7 @@
 /* Counters shown in .dkvfs/stats (relaxed atomics). */
 struct fs_counters {
 	_Atomic uint64_t lookups, creates, mkdirs, unlinks, rmdirs, renames, renamed_keys;
+	_Atomic uint64_t rename_steps; /* renames done in steps (fs_rename.c) */
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
@@ -132,6 +133,10 @@ struct fs_ctx {
 	struct stat root_st; /* root_lock */
 	bool root_known;     /* root_lock */
 	struct dkv_ratelimit err_rl; /* log lines of errors counted in fs_errors */
+	/* Writer while a rename moves a large subtree in steps (fs_rename.c);
+	 * lookups and new listings read under it, so none sees half a move. */
+	pthread_rwlock_t move_lock;
+	unsigned test_rename_die_after; /* DKVFS_TEST_RENAME_DIE_AFTER: _exit after step N */
 };
 
 /* ---- fs_core.c: store helpers ---- */
@@ -153,6 +158,10 @@ int fs_get_rec(struct fs_ctx *fs, const uint8_t *key, size_t klen, struct fs_rec
 /* The shared record of hard-linked inode ino (L key).  -EIO if missing or
  * not one. */
 int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec);
+/* ---- fs_rename.c ---- */
+/* Finish a rename in steps that a crash interrupted (the 'R' intent): at a
+ * writable mount, before anything is served. */
+int fs_rename_recover(struct fs_ctx *fs);
 /* ---- fs_link.c: hard links ---- */
 /* link(2): a new name for the file at from. */
 int fs_link(struct fs_ctx *fs, const char *from, const char *to);

@@ -36,6 +36,7 @@
 #define FS_SUPER_PREFIX  'S'
 #define FS_HIDDEN_PREFIX 'H'
 #define FS_SHARED_PREFIX 'L' /* the shared record of a hard-linked file */
+#define FS_RENAME_PREFIX 'R' /* the one key of a rename in steps (fs_rename.c) */
 #define FS_HIDDEN_NAME   ".fuse_hidden"
 #define FS_SEP           0x00
 

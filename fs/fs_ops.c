@@ -329,29 +329,6 @@ out:
 	return ret(fs, rc);
 }
 
-/* 0 if the directory with marker prefix dk ("...\0") has no entries. */
-static int dir_empty(struct fs_ctx *fs, const struct fs_key *dk)
-{
-	uint8_t hi[FS_KEY_MAX];
-	struct fs_kv_iter *it = NULL;
-	memcpy(hi, dk->b, dk->len);
-	hi[dk->len - 1] = 0x01;
-	int rc = fs_kv_iter_create(fs->kv, dk->b, dk->len, hi, dk->len, &it);
-	if (rc)
-		return rc;
-	rc = fs_kv_iter_seek(it, dk->b, dk->len);
-	if (rc == 0) {
-		size_t kl;
-		fs_kv_iter_key(it, &kl);
-		if (kl == dk->len) /* the marker itself */
-			rc = fs_kv_iter_next(it);
-	}
-	fs_kv_iter_destroy(it);
-	if (rc < 0)
-		return rc;
-	return rc == 0 ? -ENOTEMPTY : 0;
-}
-
 static int op_rmdir(const char *path)
 {
 	struct fs_ctx *fs = fs_op_ctx();
@@ -381,7 +358,7 @@ static int op_rmdir(const char *path)
 	k[1] = k[0];
 	k[1].b[k[1].len++] = FS_SEP;
 	if (!rc)
-		rc = dir_empty(fs, &k[1]);
+		rc = fs_op_dir_empty(fs, &k[1]);
 	if (!rc)
 		rc = fs_kv_batch_delete(b, k[1].b, k[1].len);
 	if (!rc)
@@ -400,249 +377,6 @@ static int op_rmdir(const char *path)
 out:
 	fs_kv_batch_destroy(b);
 	fs_rec_release(&rec);
-	free(k);
-	return ret(fs, rc);
-}
-
-#define MOVE_PUT 1 /* put every key under the new name */
-#define MOVE_DEL 2 /* delete every key under the old name */
-
-/* Add to b, for every key of the subtree below from (markers included),
- * a put of the same value under to and/or a delete of the old key.  A batch
- * applies in order, so for an exchange the deletes of both sides go first. */
-static int move_subtree(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *from,
-			const struct fs_key *to, int what, uint64_t *moved)
-{
-	uint8_t *lo = malloc(3 * (size_t)FS_KEY_MAX);
-	struct fs_kv_iter *it = NULL;
-	int rc;
-	if (!lo)
-		return -ENOMEM;
-	uint8_t *hi = lo + FS_KEY_MAX, *nk = hi + FS_KEY_MAX;
-	memcpy(lo, from->b, from->len);
-	lo[from->len] = FS_SEP;
-	memcpy(hi, from->b, from->len);
-	hi[from->len] = 0x01;
-	rc = fs_kv_iter_create(fs->kv, lo, from->len + 1, hi, from->len + 1, &it);
-	if (rc)
-		goto out;
-	for (rc = fs_kv_iter_seek(it, lo, from->len + 1); rc == 0; rc = fs_kv_iter_next(it)) {
-		size_t kl, vl;
-		const uint8_t *key = fs_kv_iter_key(it, &kl);
-		const void *v = fs_kv_iter_value(it, &vl);
-		size_t rest = kl - from->len;
-		if (to->len + rest > FS_KEY_MAX - 2) {
-			rc = -ENAMETOOLONG;
-			break;
-		}
-		memcpy(nk, to->b, to->len);
-		memcpy(nk + to->len, key + from->len, rest);
-		if (what & MOVE_PUT)
-			rc = fs_kv_batch_put(b, nk, to->len + rest, v, vl);
-		if (!rc && (what & MOVE_DEL))
-			rc = fs_kv_batch_delete(b, key, kl);
-		if (rc)
-			break;
-		(*moved)++;
-	}
-	if (rc > 0)
-		rc = 0;
-out:
-	fs_kv_iter_destroy(it);
-	free(lo);
-	return rc;
-}
-
-/* One side of a rename: the record of a file, or a directory's subtree. */
-static int move_side(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *from,
-		     struct fs_rec *rec, const struct fs_key *to, int what, uint64_t *moved)
-{
-	if (S_ISDIR(rec->mode))
-		return move_subtree(fs, b, from, to, what, moved);
-	int rc = 0;
-	if (what & MOVE_DEL)
-		rc = fs_kv_batch_delete(b, from->b, from->len);
-	if (!rc && (what & MOVE_PUT)) {
-		rec->ctime = fs_now_ns();
-		rc = fs_batch_put_name(b, to->b, to->len, rec);
-		if (!rc && (rec->flags & FS_REC_SHARED)) { /* the file's ctime */
-			uint8_t lk[FS_INTENT_KEY_LEN];
-			rc = fs_batch_put_rec(b, lk, fs_key_shared(lk, rec->ino), rec);
-		}
-		(*moved)++;
-	}
-	return rc;
-}
-
-/* The parent directory's key length of k ("N\0a\0b" -> 4: "N\0a\0"). */
-static size_t parent_len(const struct fs_key *k)
-{
-	size_t i = k->len;
-	while (i > 1 && k->b[i - 1] != FS_SEP)
-		i--;
-	return i;
-}
-
-/* Stamp both parents of a rename (their subdirectory counts change by df and
- * dt) and write its batch.  One parent: stamped once, with both changes. */
-static int stamp_parents_and_write(struct fs_ctx *fs, struct fs_kv_batch *b, const struct fs_key *kf,
-				   int df, const struct fs_key *kt, int dt)
-{
-	size_t pf = parent_len(kf), pt = parent_len(kt);
-	bool same = pf == pt && !memcmp(kf->b, kt->b, pf);
-	int rc = fs_touch_parent(fs, b, kf, NULL, same ? df + dt : df);
-	if (!rc && !same)
-		rc = fs_touch_parent(fs, b, kt, NULL, dt);
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
-	return rc;
-}
-
-static bool key_below(const struct fs_key *k, const struct fs_key *dir)
-{
-	return k->len > dir->len && !memcmp(k->b, dir->b, dir->len) && k->b[dir->len] == FS_SEP;
-}
-
-static int op_rename(const char *from, const char *to, unsigned int flags)
-{
-	struct fs_ctx *fs = fs_op_ctx();
-	struct fs_key *k = fs_op_key_alloc(2);
-	struct fs_rec rf = FS_REC_INIT, rt = FS_REC_INIT;
-	struct fs_kv_batch *b = NULL;
-	uint64_t reclaim_id = 0, reclaim_upto = 0, moved = 0;
-	bool exists = false;
-	int rc;
-
-	if (!k)
-		return -ENOMEM;
-	if ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
-	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
-		rc = -EINVAL;
-	else if (fs_op_special(from) || fs_op_special(to))
-		rc = -EPERM;
-	else if (fs->opts.read_only)
-		rc = -EROFS;
-	else
-		rc = fs_key_from_path(&k[0], from);
-	if (!rc)
-		rc = fs_key_from_path(&k[1], to);
-	if (rc)
-		goto out;
-	struct fs_key *kf = &k[0], *kt = &k[1];
-	if (kf->len == 1 || kt->len == 1) {
-		rc = -EBUSY;
-		goto out;
-	}
-	if (kf->len == kt->len && !memcmp(kf->b, kt->b, kf->len))
-		goto out; /* same name: nothing to do */
-	if (key_below(kt, kf) || ((flags & RENAME_EXCHANGE) && key_below(kf, kt))) {
-		rc = -EINVAL; /* into its own subtree */
-		goto out;
-	}
-	b = fs_kv_batch_create(fs->kv);
-	if (!b) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	pthread_rwlock_wrlock(&fs->ns_lock);
-	rc = fs_lookup(fs, kf, &rf, NULL, true);
-	if (rc)
-		goto out_unlock;
-	rc = fs_lookup(fs, kt, &rt, NULL, false);
-	if (rc == 0)
-		exists = true;
-	else if (rc != -ENOENT)
-		goto out_unlock;
-	rc = 0;
-	bool fdir = S_ISDIR(rf.mode);
-	if (exists && !fdir && rf.ino == rt.ino)
-		goto out_unlock; /* two names of one file: POSIX says do nothing */
-	if (flags & RENAME_EXCHANGE) {
-		/* both names stay, their contents swap: one batch, deletes first */
-		if (!exists)
-			rc = -ENOENT;
-		if (!rc)
-			rc = move_side(fs, b, kf, &rf, kt, MOVE_DEL, &moved);
-		if (!rc)
-			rc = move_side(fs, b, kt, &rt, kf, MOVE_DEL, &moved);
-		moved = 0;
-		if (!rc)
-			rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT, &moved);
-		if (!rc)
-			rc = move_side(fs, b, kt, &rt, kf, MOVE_PUT, &moved);
-		/* each parent loses one type and gains the other */
-		int d = (int)S_ISDIR(rt.mode) - (int)fdir;
-		if (!rc)
-			rc = stamp_parents_and_write(fs, b, kf, d, kt, -d);
-		if (!rc)
-			fs_inode_exchange_keys(fs, kf, kt);
-		goto out_unlock;
-	}
-	if (exists) {
-		bool tdir = S_ISDIR(rt.mode);
-		if (flags & RENAME_NOREPLACE)
-			rc = -EEXIST;
-		else if (fdir && !tdir)
-			rc = -ENOTDIR;
-		else if (!fdir && tdir)
-			rc = -EISDIR;
-		else if (tdir) {
-			struct fs_key *m = fs_op_key_alloc(1);
-			if (!m) {
-				rc = -ENOMEM;
-				goto out_unlock;
-			}
-			*m = *kt;
-			m->b[m->len++] = FS_SEP;
-			rc = dir_empty(fs, m);
-			free(m);
-		}
-		if (rc)
-			goto out_unlock;
-	}
-	rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT | MOVE_DEL, &moved);
-	if (!rc && !fdir && fs_key_is_hidden_name(kt->b, kt->len)) {
-		/* unlinked while open: remember it, a crash must not leave it */
-		uint8_t hk[FS_INTENT_KEY_LEN];
-		fs_key_hidden(hk, rf.ino);
-		rc = fs_kv_batch_put(b, hk, sizeof(hk), kt->b, kt->len);
-	}
-	bool gone = exists; /* the file the target name had goes with it */
-	if (!rc && exists && (rt.flags & FS_REC_SHARED)) {
-		rc = fs_batch_drop_link(fs, b, &rt, &gone);
-		if (!rc && gone && (rt.flags & FS_REC_CHUNKED)) {
-			reclaim_id = rt.data_id;
-			reclaim_upto = rt.size;
-		}
-	} else if (!rc && exists && !S_ISDIR(rt.mode) && (rt.flags & FS_REC_CHUNKED)) {
-		rc = fs_batch_put_intent(b, rt.data_id, 0);
-		reclaim_id = rt.data_id;
-		reclaim_upto = rt.size;
-	}
-	if (!rc)
-		rc = stamp_parents_and_write(fs, b, kf, -(int)fdir, kt,
-					     (int)fdir - (int)(exists && S_ISDIR(rt.mode)));
-	if (!rc) {
-		if (gone) {
-			struct fs_inode *ino = fs_inode_find(fs, rt.ino);
-			if (ino) { /* replaced while open: its data goes at the last close */
-				atomic_store(&ino->unlinked, true);
-				reclaim_id = 0;
-				fs_inode_put(fs, ino);
-			}
-		}
-		fs_inode_rename_keys(fs, kf, kt);
-	}
-out_unlock:
-	pthread_rwlock_unlock(&fs->ns_lock);
-	if (!rc && reclaim_id)
-		fs_reclaim(fs, reclaim_id, reclaim_upto);
-	FS_COUNT(fs, renames, 1);
-	FS_COUNT(fs, renamed_keys, moved);
-out:
-	fs_kv_batch_destroy(b);
-	fs_rec_release(&rf);
-	fs_rec_release(&rt);
 	free(k);
 	return ret(fs, rc);
 }
@@ -985,7 +719,7 @@ static const struct fuse_operations fs_ops = {
 	.unlink = op_unlink,
 	.rmdir = op_rmdir,
 	.symlink = op_symlink,
-	.rename = op_rename,
+	.rename = fs_op_rename,
 	.link = op_link,
 	.chmod = op_chmod,
 	.chown = op_chown,

@@ -95,3 +95,25 @@ void fs_op_special_stat(int sp, struct stat *st)
 	st->st_ctim = st->st_atim = st->st_mtim;
 }
 
+/* 0 if the directory with marker prefix dk ("...\0") has no entries. */
+int fs_op_dir_empty(struct fs_ctx *fs, const struct fs_key *dk)
+{
+	uint8_t hi[FS_KEY_MAX];
+	struct fs_kv_iter *it = NULL;
+	memcpy(hi, dk->b, dk->len);
+	hi[dk->len - 1] = 0x01;
+	int rc = fs_kv_iter_create(fs->kv, dk->b, dk->len, hi, dk->len, &it);
+	if (rc)
+		return rc;
+	rc = fs_kv_iter_seek(it, dk->b, dk->len);
+	if (rc == 0) {
+		size_t kl;
+		fs_kv_iter_key(it, &kl);
+		if (kl == dk->len) /* the marker itself */
+			rc = fs_kv_iter_next(it);
+	}
+	fs_kv_iter_destroy(it);
+	if (rc < 0)
+		return rc;
+	return rc == 0 ? -ENOTEMPTY : 0;
+}

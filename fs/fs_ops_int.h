@@ -58,6 +58,11 @@ int fs_op_ret(struct fs_ctx *fs, int rc, const char *op);
 int fs_op_special(const char *path);
 void fs_op_special_stat(int sp, struct stat *st);
 struct fs_key *fs_op_key_alloc(int n);
+/* 0 if the directory with marker prefix dk ("...\0") has no entries,
+ * -ENOTEMPTY if it has, or the store's error. */
+int fs_op_dir_empty(struct fs_ctx *fs, const struct fs_key *dk);
+/* fs_rename.c: rename(2) */
+int fs_op_rename(const char *from, const char *to, unsigned int flags);
 /* Attributes of rec, taking the open inode's in-memory state if there is one. */
 void fs_op_stat_of(struct fs_ctx *fs, const struct fs_rec *rec, struct stat *st);
 

@@ -38,6 +38,7 @@ struct mnt_opts {
 	size_t slab_size;
 	int op_timeout_ms;
 	int max_dirty;       /* dirty 256 KiB chunks per open file */
+	size_t rename_batch; /* bytes of one rename batch (fs_opts.rename_batch_bytes) */
 	double entry_timeout, attr_timeout;
 	int sync_on_close;
 	int implicit_dirs;

@@ -58,7 +58,7 @@ struct mnt {
 	size_t token_len;
 };
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_MEMTABLE, KEY_SLAB };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_MEMTABLE, KEY_SLAB, KEY_RENAME_BATCH };
 
 #define OPT(t, f) { t, offsetof(struct mnt_opts, f), 1 }
 static const struct fuse_opt mnt_spec[] = {
@@ -82,6 +82,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("writeback_cache", writeback_cache),
 	FUSE_OPT_KEY("memtable_size=", KEY_MEMTABLE),
 	FUSE_OPT_KEY("slab_size=", KEY_SLAB),
+	FUSE_OPT_KEY("rename_batch=", KEY_RENAME_BATCH),
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -113,6 +114,7 @@ static void usage(const char *prog)
 	       "  -o compaction=WHERE      memnode|compute|off (default memnode)\n"
 	       "  -o op_timeout=MS         memory node timeout before EIO (default 5000)\n"
 	       "  -o max_dirty=N           dirty 256 KiB chunks per open file (default 4)\n"
+	       "  -o rename_batch=SIZE     a directory rename over this moves in steps (default 16M)\n"
 	       "  -o entry_timeout=SEC     kernel name cache (default 1)\n"
 	       "  -o attr_timeout=SEC      kernel attribute cache (default 1)\n"
 	       "  -o sync_on_close         make close() as durable as fsync()\n"
@@ -154,14 +156,17 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return 1; /* keep: the kernel mounts read-only too */
 	case KEY_MEMTABLE:
 	case KEY_SLAB:
-		if (mnt_parse_size(strchr(arg, '=') + 1, &v)) {
+	case KEY_RENAME_BATCH:
+		if (mnt_parse_size(strchr(arg, '=') + 1, &v) || (key == KEY_RENAME_BATCH && !v)) {
 			fprintf(stderr, "dkvfs: bad size in '%s'\n", arg);
 			return -1;
 		}
 		if (key == KEY_MEMTABLE)
 			o->memtable_size = v;
-		else
+		else if (key == KEY_SLAB)
 			o->slab_size = v;
+		else
+			o->rename_batch = v;
 		return 0;
 	}
 	return 1;
@@ -643,6 +648,8 @@ int mnt_main(int argc, char **argv)
 		fo.attr_timeout = m->o.attr_timeout;
 	if (m->o.max_dirty > 0)
 		fo.max_dirty_chunks = (unsigned)m->o.max_dirty;
+	if (m->o.rename_batch)
+		fo.rename_batch_bytes = m->o.rename_batch;
 	fo.sync_on_close = m->o.sync_on_close;
 	fo.implicit_dirs = m->o.implicit_dirs;
 	fo.writeback_cache = m->o.writeback_cache;
