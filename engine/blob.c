@@ -220,6 +220,16 @@ static int carve(struct eng_db *db, size_t n, const size_t *len, struct eng_blob
 	return r;
 }
 
+/* Extents carved but never written or referenced: back to the allocator. */
+static void uncarve(struct eng_db *db, size_t n, const size_t *len, const struct eng_blob *out)
+{
+	pthread_mutex_lock(&db->blob_mu);
+	for (size_t i = 0; i < n; i++)
+		if (len[i])
+			eng_alloc_put(db->balloc, out[i].off, out[i].len);
+	pthread_mutex_unlock(&db->blob_mu);
+}
+
 int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *len,
 		 struct eng_blob *out)
 {
@@ -267,12 +277,7 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 			break;
 	}
 	if (r) {
-		/* never referenced: straight back */
-		pthread_mutex_lock(&db->blob_mu);
-		for (size_t i = 0; i < n; i++)
-			if (len[i])
-				eng_alloc_put(db->balloc, out[i].off, out[i].len);
-		pthread_mutex_unlock(&db->blob_mu);
+		uncarve(db, n, len, out); /* never referenced: straight back */
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -285,6 +290,69 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 	atomic_fetch_add_explicit(&db->st_blob_puts, n, memory_order_relaxed);
 out:
 	free(io);
+	return r;
+}
+
+int eng_blob_copy(eng_db *db, size_t n, const struct eng_blob *src, struct eng_blob *out)
+{
+	struct mn_copy *cp;
+	uint32_t *crc;
+	size_t *len;
+	int r;
+
+	if (!db || (n && (!src || !out)))
+		return -EINVAL;
+	if (db->read_only)
+		return -EROFS;
+	if (atomic_load(&db->broken))
+		return atomic_load(&db->broken);
+	cp = calloc(n ? n : 1, sizeof(*cp));
+	crc = calloc(n ? n : 1, sizeof(*crc));
+	len = calloc(n ? n : 1, sizeof(*len));
+	if (!cp || !crc || !len) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (src[i].len > ENG_BLOB_MAX) {
+			r = -EINVAL;
+			goto out;
+		}
+		len[i] = src[i].len;
+	}
+	pthread_mutex_lock(&db->blob_mu);
+	r = carve(db, n, len, out);
+	pthread_mutex_unlock(&db->blob_mu);
+	if (r)
+		goto out;
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (len[i])
+			cp[m++] = (struct mn_copy){ src[i].off, out[i].off, len[i] };
+	for (int attempt = 0; attempt < 2; attempt++) {
+		r = mn_copy(db->mc, cp, m, crc);
+		if (!r || !eng_io_transient(r))
+			break;
+	}
+	for (size_t i = 0, k = 0; !r && i < n; i++) {
+		if (!len[i])
+			continue;
+		if (crc[k++] != src[i].crc)
+			r = -DKV_E_CORRUPT; /* the source is damaged: copy nothing */
+		out[i].crc = src[i].crc;
+		out[i].node = 0;
+	}
+	if (r) {
+		uncarve(db, n, len, out); /* never referenced: straight back */
+		goto out;
+	}
+	atomic_fetch_add_explicit(&db->st_blob_copies, m, memory_order_relaxed);
+	for (size_t i = 0; i < n; i++)
+		atomic_fetch_add_explicit(&db->st_blob_copy_bytes, len[i], memory_order_relaxed);
+out:
+	free(cp);
+	free(crc);
+	free(len);
 	return r;
 }
 

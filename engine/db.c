@@ -811,6 +811,8 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->blob_put_bytes = LD(st_blob_put_bytes);
 	st->blob_gets = LD(st_blob_gets);
 	st->blob_frees = LD(st_blob_frees);
+	st->blob_copies = LD(st_blob_copies);
+	st->blob_copy_bytes = LD(st_blob_copy_bytes);
 	{
 		uint64_t sb, fb;
 

@@ -168,6 +168,7 @@ struct eng_stats {
 	uint64_t blob_slabs, blob_slab_bytes; /* blob slabs held on the node */
 	uint64_t blob_live_bytes;             /* of which carved (live or pending) */
 	uint64_t blob_frees_pending;          /* freed, waiting for the next sync */
+	uint64_t blob_copies, blob_copy_bytes; /* extents copied on the node (eng_blob_copy) */
 };
 int eng_stats(eng_db *db, struct eng_stats *st);
 /* ---- file-data extents (engine/blob.c; docs/engine.md "Extents") ----
@@ -210,6 +211,11 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 int eng_blob_write_at(eng_db *db, const struct eng_blob *b, const void *data,
 		      struct eng_blob *out);
 int eng_blob_get(eng_db *db, const struct eng_blob *b, void *buf);
+/* copy: n new extents, each holding the bytes of src[i] (same length and
+ * CRC), copied by the memory node (no byte crosses the network); they are
+ * new, like put's, and share nothing with the sources.  -DKV_E_CORRUPT if
+ * a source's bytes do not match its CRC (nothing is kept), -ENOSPC. */
+int eng_blob_copy(eng_db *db, size_t n, const struct eng_blob *src, struct eng_blob *out);
 void eng_blob_free(eng_db *db, const struct eng_blob *b, size_t n);
 int eng_blob_recover(eng_db *db, const struct eng_blob *live, size_t n);
 

@@ -419,6 +419,7 @@ struct eng_db {
 	size_t nbpend, bpend_cap;
 	uint64_t bpend_since_us;        /* blob_mu; when the oldest pending free came */
 	_Atomic uint64_t st_blob_puts, st_blob_put_bytes, st_blob_gets, st_blob_frees;
+	_Atomic uint64_t st_blob_copies, st_blob_copy_bytes; /* copied on the node */
 };
 
 /* engine/blob.c.  init: at open, old = the blob slabs the manifest names

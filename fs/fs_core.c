@@ -577,7 +577,7 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 	int m = snprintf(buf + n, cap - n,
 		"fs_backend: %s\nfs_open_inodes: %zu\nfs_lookups: %" PRIu64 "\nfs_creates: %" PRIu64
 		"\nfs_mkdirs: %" PRIu64 "\nfs_unlinks: %" PRIu64 "\nfs_rmdirs: %" PRIu64
-		"\nfs_renames: %" PRIu64 "\nfs_renamed_keys: %" PRIu64 "\nfs_rename_steps: %" PRIu64 "\nfs_commits: %" PRIu64
+		"\nfs_renames: %" PRIu64 "\nfs_renamed_keys: %" PRIu64 "\nfs_rename_steps: %" PRIu64 "\nfs_copies: %" PRIu64 "\nfs_copy_node_chunks: %" PRIu64 "\nfs_copy_node_bytes: %" PRIu64 "\nfs_copy_read_bytes: %" PRIu64 "\nfs_commits: %" PRIu64
 		"\nfs_commit_bytes: %" PRIu64 "\nfs_early_flushes: %" PRIu64
 		"\nfs_chunk_loads: %" PRIu64 "\nfs_chunk_load_bytes: %" PRIu64 "\nfs_reads: %" PRIu64
 		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
@@ -586,7 +586,7 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64 "\nfs_pieced_chunks: %" PRIu64
 		"\nfs_extent_write_bytes: %" PRIu64 "\nfs_extent_frees: %" PRIu64 "\n",
 		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
-		C(renames), C(renamed_keys), C(rename_steps), C(commits), C(commit_bytes), C(early_flushes),
+		C(renames), C(renamed_keys), C(rename_steps), C(copies), C(copy_node_chunks), C(copy_node_bytes), C(copy_read_bytes), C(commits), C(commit_bytes), C(early_flushes),
 		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
 		C(write_bytes), C(readdir_entries), C(readdir_seeks), C(reclaims),
 		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes), C(pieced_chunks),

@@ -544,6 +544,37 @@ int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, 
 	return 0;
 }
 
+int fs_inode_stage_ext(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, struct fs_cext *ext)
+{
+	struct fs_chunk *c = fs_inode_chunk_find(ino, idx);
+	if (!c) {
+		struct fs_chunk *n = realloc(ino->chunks, (ino->nchunks + 1) * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		ino->chunks = n;
+		c = &n[ino->nchunks++];
+		*c = (struct fs_chunk){ .idx = idx };
+	} else {
+		/* what was there was never committed (a reservation filled in
+		 * place is the stored pointer's: the commit frees it as prev) */
+		if (c->ext.n && !c->in_place) {
+			fs_cext_free(fs, &c->ext);
+			FS_COUNT(fs, extent_frees, c->ext.n);
+		}
+		fs_cext_release(&c->ext);
+		free(c->buf);
+		c->buf = NULL;
+		c->in_place = false;
+		c->keep_space = false;
+	}
+	if (ino->clean.buf && ino->clean.idx == idx)
+		drop_clean(ino);
+	c->ext = *ext;
+	*ext = (struct fs_cext){ 0 };
+	c->staged = true;
+	return find_prev(fs, ino, c);
+}
+
 /* inline -> chunked under a fresh data id. */
 int fs_inode_to_chunked(struct fs_ctx *fs, struct fs_inode *ino)
 {

@@ -40,6 +40,9 @@
 struct fs_counters {
 	_Atomic uint64_t lookups, creates, mkdirs, unlinks, rmdirs, renames, renamed_keys;
 	_Atomic uint64_t rename_steps; /* renames done in steps (fs_rename.c) */
+	/* copy_file_range (fs_copy.c): calls, chunks and bytes copied on the
+	 * node, bytes read and written here instead */
+	_Atomic uint64_t copies, copy_node_chunks, copy_node_bytes, copy_read_bytes;
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
@@ -267,6 +270,11 @@ struct fs_chunk *fs_inode_chunk_find(struct fs_inode *ino, uint64_t idx);
 int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool whole,
 			 struct fs_chunk **out);
 int fs_inode_to_chunked(struct fs_ctx *fs, struct fs_inode *ino);
+/* Chunk idx of ino (chunked, mu held) becomes *ext: new extents that no
+ * stored pointer names (a node-side copy), staged like a written chunk, so
+ * the next commit stores them and frees what they replace.  Takes *ext;
+ * a dirty or staged chunk at idx is dropped. */
+int fs_inode_stage_ext(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, struct fs_cext *ext);
 void fs_inode_stamp_modified(struct fs_inode *ino);
 /* fs_sparse.c: fallocate (mode 0, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and
  * SEEK_DATA / SEEK_HOLE on an open file (ino->mu held). */

@@ -17,6 +17,7 @@
 #ifndef DKV_FS_KV_H
 #define DKV_FS_KV_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +73,11 @@ struct fs_kv_ops {
 	int (*ext_get)(struct fs_kv *kv, const struct fs_extent *e, void *buf);
 	void (*ext_free)(struct fs_kv *kv, const struct fs_extent *e, size_t n);
 	int (*ext_recover)(struct fs_kv *kv, const struct fs_extent *live, size_t n);
+	/* n new extents holding the bytes of src[i] (same len and CRC), copied
+	 * where the data is (eng_blob_copy); NULL when the backend cannot
+	 * (the caller then reads and writes). */
+	int (*ext_copy)(struct fs_kv *kv, size_t n, const struct fs_extent *src,
+			struct fs_extent *out);
 	void (*destroy)(struct fs_kv *kv);
 };
 
@@ -161,6 +167,11 @@ static inline void fs_kv_ext_free(struct fs_kv *kv, const struct fs_extent *e, s
 static inline int fs_kv_ext_recover(struct fs_kv *kv, const struct fs_extent *live, size_t n)
 {
 	return kv->ops->ext_recover(kv, live, n);
+}
+static inline int fs_kv_ext_copy(struct fs_kv *kv, size_t n, const struct fs_extent *src,
+				 struct fs_extent *out)
+{
+	return kv->ops->ext_copy ? kv->ops->ext_copy(kv, n, src, out) : -EOPNOTSUPP;
 }
 static inline void fs_kv_destroy(struct fs_kv *kv)
 {

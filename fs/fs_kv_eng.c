@@ -149,7 +149,8 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		"\nextent_writes: %" PRIu64 "\nextent_write_bytes: %" PRIu64
 		"\nextent_reads: %" PRIu64 "\nextent_frees: %" PRIu64
 		"\nextent_frees_pending: %" PRIu64 "\nextent_slabs: %" PRIu64
-		"\nextent_slab_bytes: %" PRIu64 "\nextent_live_bytes: %" PRIu64 "\n",
+		"\nextent_slab_bytes: %" PRIu64 "\nextent_live_bytes: %" PRIu64
+		"\nextent_copies: %" PRIu64 "\nextent_copy_bytes: %" PRIu64 "\n",
 		s.puts, s.deletes, s.gets, s.get_hits, s.iter_seeks, s.batches, s.user_bytes_written,
 		s.net_bytes_sent, s.net_bytes_recv, s.remote_reads, s.remote_read_bytes,
 		s.lookup_remote_reads, s.lookup_remote_read_bytes, s.flushes, s.flush_bytes,
@@ -161,7 +162,7 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used, s.node_down,
 		s.node_downs, s.node_fast_fails, s.blob_puts, s.blob_put_bytes, s.blob_gets,
 		s.blob_frees, s.blob_frees_pending, s.blob_slabs, s.blob_slab_bytes,
-		s.blob_live_bytes);
+		s.blob_live_bytes, s.blob_copies, s.blob_copy_bytes);
 	if (n < 0)
 		return 0;
 	return (size_t)n < cap ? (size_t)n : cap - 1;
@@ -226,6 +227,23 @@ static void ke_ext_free(struct fs_kv *kv, const struct fs_extent *e, size_t n)
 	}
 }
 
+static int ke_ext_copy(struct fs_kv *kv, size_t n, const struct fs_extent *src,
+		       struct fs_extent *out)
+{
+	struct eng_blob *b = calloc(n ? 2 * n : 1, sizeof(*b));
+	int rc;
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		to_blob(&src[i], &b[i]);
+	rc = eng_blob_copy(db_of(kv), n, b, b + n);
+	for (size_t i = 0; !rc && i < n; i++)
+		out[i] = (struct fs_extent){ .off = b[n + i].off, .len = b[n + i].len,
+					     .crc = b[n + i].crc, .node = b[n + i].node };
+	free(b);
+	return rc;
+}
+
 static int ke_ext_recover(struct fs_kv *kv, const struct fs_extent *live, size_t n)
 {
 	struct eng_blob *b = malloc((n ? n : 1) * sizeof(*b));
@@ -268,6 +286,7 @@ static const struct fs_kv_ops kv_eng_ops = {
 	.ext_get = ke_ext_get,
 	.ext_free = ke_ext_free,
 	.ext_recover = ke_ext_recover,
+	.ext_copy = ke_ext_copy,
 	.destroy = ke_destroy,
 };
 

@@ -720,6 +720,7 @@ static const struct fuse_operations fs_ops = {
 	.rmdir = op_rmdir,
 	.symlink = op_symlink,
 	.rename = fs_op_rename,
+	.copy_file_range = fs_op_copy_file_range,
 	.link = op_link,
 	.chmod = op_chmod,
 	.chown = op_chown,

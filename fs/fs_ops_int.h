@@ -61,6 +61,10 @@ struct fs_key *fs_op_key_alloc(int n);
 /* 0 if the directory with marker prefix dk ("...\0") has no entries,
  * -ENOTEMPTY if it has, or the store's error. */
 int fs_op_dir_empty(struct fs_ctx *fs, const struct fs_key *dk);
+/* fs_copy.c: copy_file_range(2) */
+ssize_t fs_op_copy_file_range(const char *path_in, struct fuse_file_info *fi_in, off_t off_in,
+			      const char *path_out, struct fuse_file_info *fi_out, off_t off_out,
+			      size_t len, int flags);
 /* fs_rename.c: rename(2) */
 int fs_op_rename(const char *from, const char *to, unsigned int flags);
 /* Attributes of rec, taking the open inode's in-memory state if there is one. */

@@ -94,6 +94,17 @@ int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n);
  * BEFORE reusing the ranges, or the discard could zero new data.  -EPERM if
  * a range is not in this volume's slabs. */
 int mn_discard(struct mn_client *c, const struct mn_extent *ex, size_t n);
+/* Copy ranges of the writer's slabs on the node (memnode/mn_client_copy.c):
+ * each entry's len bytes at src go to dst, and crc[i] gets the CRC-32C of
+ * the bytes copied.  Split into calls of at most MN_COPY_MAX_BYTES
+ * (MN_COPY_MAX_N entries); each range must lie in one of the volume's slabs
+ * (-EPERM), not overlap its source (-EINVAL).  Errors as mn_call. */
+#define MN_COPY_MAX_N     64
+#define MN_COPY_MAX_BYTES (2u << 20)
+struct mn_copy {
+	uint64_t src, dst, len;
+};
+int mn_copy(struct mn_client *c, const struct mn_copy *cp, size_t n, uint32_t *crc);
 
 /* ---- root ---- */
 int mn_root_get(struct mn_client *c, void *buf, size_t cap, size_t *len); /* len 0: never set */

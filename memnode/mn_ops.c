@@ -320,6 +320,63 @@ static void op_discard(struct mn_server *s, struct mn_conn *mc, struct rpc_call 
 	reply_err(call, rc);
 }
 
+/* Copy ranges of the writer's slabs (copy_file_range of file data: the
+ * bytes stay on the node).  Request: u32 n, u32 0, n entries (u64 src, u64
+ * dst, u64 len) inline or as the argument; at most MN_COPY_MAX_N entries
+ * and MN_COPY_MAX_BYTES in all, so the lock is held for a bounded copy.
+ * Both ranges of every entry must be in the volume's slabs and must not
+ * overlap.  Reply: the CRC-32C of each copied range (u32 each), which the
+ * engine checks against the source's pointer.  Nothing is copied unless
+ * every entry is valid. */
+static void op_copy(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		    const uint8_t *req, size_t len)
+{
+	size_t alen = 0;
+	const uint8_t *arg = rpc_call_arg(call, &alen), *ents;
+	uint32_t n;
+	uint64_t total = 0;
+	uint8_t *rep;
+	int rc = 0;
+
+	if (len < 8)
+		return reply_err(call, -EINVAL);
+	n = get_u32(req);
+	ents = arg ? arg : req + 8;
+	if (!n || n > MN_COPY_MAX_N ||
+	    (arg ? alen : len - 8) != (size_t)n * MN_COPY_WIRE)
+		return reply_err(call, -EINVAL);
+	rep = malloc((size_t)n * 4);
+	if (!rep)
+		return reply_err(call, -ENOMEM);
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		const uint8_t *e = ents + (size_t)i * MN_COPY_WIRE;
+		uint64_t src = get_u64(e), dst = get_u64(e + 8), l = get_u64(e + 16);
+
+		total += l;
+		if (!l || l > MN_COPY_MAX_BYTES || total > MN_COPY_MAX_BYTES ||
+		    (src < dst + l && dst < src + l))
+			rc = -EINVAL;
+		if (!rc)
+			rc = mn_region_in_slabs(&s->rg, mc->vol, src, l);
+		if (!rc)
+			rc = mn_region_in_slabs(&s->rg, mc->vol, dst, l);
+	}
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		const uint8_t *e = ents + (size_t)i * MN_COPY_WIRE;
+		uint64_t src = get_u64(e), dst = get_u64(e + 8), l = get_u64(e + 16);
+
+		memcpy(s->rg.base + dst, s->rg.base + src, l);
+		put_u32(rep + (size_t)i * 4, crc32c(s->rg.base + dst, l));
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		reply_err(call, rc);
+	else
+		rpc_reply(call, 0, rep, (size_t)n * 4);
+	free(rep);
+}
+
 static void op_root_get(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 			const uint8_t *req, size_t len)
 {
@@ -520,6 +577,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_ECHO] = { "echo", I, op_echo },
 	[MN_OP_GRANT] = { "grant", V | I, op_grant },
 	[MN_OP_DISCARD] = { "discard", V | W | I, op_discard },
+	[MN_OP_COPY] = { "copy", V | W, op_copy }, /* up to 2 MiB of memcpy: a worker */
 	[MN_OP_COMPACT] = { "compact", V | W, mn_op_compact }, /* memnode/mn_compact.c */
 };
 #undef V

@@ -45,6 +45,7 @@ enum mn_op {
 	MN_OP_COMPACT,       /* near-data compaction (memnode/mn_compact.c) */
 	MN_OP_GRANT,         /* the run holding an offset, with this conn's rkey */
 	MN_OP_DISCARD,       /* writer: return freed ranges of its slabs to the OS */
+	MN_OP_COPY,          /* writer: copy ranges of its slabs on the node (copy_file_range) */
 	MN_OP_MAX = 64,      /* dispatch table size */
 };
 
@@ -59,6 +60,7 @@ enum mn_kind { MN_KIND_FREE = 0, MN_KIND_SLAB = 1, MN_KIND_NODE = 2 };
 #define MN_EXTENT_WIRE       24   /* LIST_EXTENTS entry */
 #define MN_LIST_HDR          16
 #define MN_FREE_WIRE         16   /* FREE_EXTENTS entry */
+#define MN_COPY_WIRE         24   /* COPY entry: u64 src, u64 dst, u64 len */
 #define MN_STATS_FIXED       (12 * 8)
 
 struct mn_hello {

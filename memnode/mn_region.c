@@ -517,16 +517,24 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 	return 0;
 }
 
-int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len)
+int mn_region_in_slabs(const struct mn_region *r, int v, uint64_t off, uint64_t len)
 {
-	uint64_t start, end;
-
 	if (v < 0 || v >= MN_MAX_VOLUMES || !r->vols[v].in_use || !len || off >= r->size ||
 	    len > r->size - off)
 		return -EINVAL;
 	for (uint64_t p = off / MN_PAGE_SIZE; p <= (off + len - 1) / MN_PAGE_SIZE; p++)
 		if (r->owner[p] != r->vols[v].id || r->kind[p] != MN_KIND_SLAB)
 			return -EPERM;
+	return 0;
+}
+
+int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len)
+{
+	uint64_t start, end;
+	int rc = mn_region_in_slabs(r, v, off, len);
+
+	if (rc)
+		return rc;
 	start = (off + MN_OS_PAGE - 1) & ~(uint64_t)(MN_OS_PAGE - 1);
 	end = (off + len) & ~(uint64_t)(MN_OS_PAGE - 1);
 	return end > start ? discard_range(r, start, end - start) : 0;

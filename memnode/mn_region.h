@@ -94,6 +94,9 @@ int mn_alloc(struct mn_region *r, int v, enum mn_kind kind, uint64_t len, uint64
  * slab space), or -errno of madvise/fallocate. */
 #define MN_OS_PAGE 4096u
 int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len);
+/* 0 if [off, off+len) lies in slabs of volume slot v; -EINVAL (out of the
+ * region, empty, no such volume) or -EPERM.  Caller holds the server lock. */
+int mn_region_in_slabs(const struct mn_region *r, int v, uint64_t off, uint64_t len);
 /* Free the run starting at off if it is volume v's and of kind; -ENOENT if
  * no such run, -EPERM if it is not v's or of another kind.  Its pages go
  * back to the OS before they can be allocated again. */

@@ -20,29 +20,8 @@ FILE_MB=${FILE_MB:-1024}
 WAIT=${WAIT:-20}
 DIR=${DIR:-$(mktemp -d /tmp/dkvfs-bytes.XXXXXX)}
 MNT=$DIR/mnt
-PORT=$((20000 + RANDOM % 20000))
-NODE=
-
-cleanup() {
-	fusermount3 -u -z "$MNT" 2>/dev/null
-	[ -n "$NODE" ] && kill "$NODE" 2>/dev/null && wait "$NODE" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT INT TERM
-mkdir -p "$MNT" || exit 1
-
-stat_of() { sed -n "s/^$1: //p" "$MNT/.dkvfs/stats"; }
-wire() { echo $(( $(stat_of net_bytes_sent) + $(stat_of net_bytes_recv) )); }
-
-"$BUILD/dkvfs-memnode" --listen "127.0.0.1:$PORT" --size "$SIZE" --transport tcp --insecure \
-	--local-dir "$DIR" 2>"$DIR/node.log" &
-NODE=$!
-for _ in $(seq 50); do
-	"$BUILD/dkvfs" -o "memnode=127.0.0.1:$PORT,transport=tcp,log_file=$DIR/dkvfs.log" "$MNT" \
-		2>/dev/null && break
-	sleep 0.2
-done
-mountpoint -q "$MNT" || { echo "mount failed: $(tail -3 "$DIR/dkvfs.log")" >&2; exit 1; }
+. "$(dirname "$0")/tcp-mount.sh"
+tcp_mount_start
 head -c $((FILE_MB << 20)) /dev/urandom >"$DIR/src" || exit 1
 
 w0=$(wire); s0=$(stat_of net_bytes_sent); r0=$(stat_of net_bytes_recv)

@@ -199,3 +199,52 @@ Test(blob, empty_slabs_go_back_and_a_full_node_says_enospc, .timeout = 120)
 	free(a);
 	free(ptr);
 }
+
+/* eng_blob_copy: new extents with the same bytes and CRC, copied by the node
+ * (almost nothing crosses the network), independent of the source (freeing
+ * it keeps the copy); a source whose bytes do not match its CRC is not
+ * copied and leaves nothing allocated. */
+Test(blob, copies_are_made_on_the_node_and_share_nothing, .timeout = 60)
+{
+	struct tnode node;
+	uint8_t *a = malloc(BLEN), *got = malloc(BLEN);
+	struct eng_blob src[2], cp[2];
+	const void *data[2] = { a, a + 100 };
+	size_t len[2] = { BLEN, 5000 };
+	eng_db *db;
+
+	fill(a, BLEN, 3);
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	db = open_db(&node);
+	cr_assert_eq(eng_blob_put(db, 2, data, len, src), 0);
+	struct eng_stats s0 = stats(db);
+	cr_assert_eq(eng_blob_copy(db, 2, src, cp), 0);
+	struct eng_stats s1 = stats(db);
+	cr_assert_lt(s1.net_bytes_sent - s0.net_bytes_sent, 4096,
+		     "%llu bytes sent to copy %u", (unsigned long long)(s1.net_bytes_sent -
+									s0.net_bytes_sent),
+		     BLEN + 5000);
+	cr_assert_eq(s1.blob_copy_bytes - s0.blob_copy_bytes, BLEN + 5000);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_neq(cp[i].off, src[i].off);
+		cr_assert_eq(cp[i].len, src[i].len);
+		cr_assert_eq(cp[i].crc, src[i].crc);
+	}
+	eng_blob_free(db, src, 2);
+	cr_assert_eq(eng_sync(db), 0);
+	cr_assert_eq(eng_blob_get(db, &cp[0], got), 0);
+	cr_assert_eq(memcmp(got, a, BLEN), 0);
+	cr_assert_eq(eng_blob_get(db, &cp[1], got), 0);
+	cr_assert_eq(memcmp(got, a + 100, 5000), 0);
+	/* a damaged source: -DKV_E_CORRUPT, nothing kept */
+	struct eng_blob bad = cp[1], out;
+	bad.crc ^= 1;
+	s0 = stats(db);
+	cr_assert_eq(eng_blob_copy(db, 1, &bad, &out), -DKV_E_CORRUPT);
+	s1 = stats(db);
+	cr_assert_eq(s1.blob_live_bytes, s0.blob_live_bytes, "a failed copy kept its extent");
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	free(a);
+	free(got);
+}

@@ -45,6 +45,13 @@ char *sh_out(char *buf, size_t cap, const char *fmt, ...)
 	return buf;
 }
 
+long long mt_stat(const char *name)
+{
+	char out[64] = "";
+	sh_out(out, sizeof(out), "sed -n 's/^%s: //p' %s/.dkvfs/stats", name, MNT);
+	return atoll(out);
+}
+
 pid_t daemon_pid(void)
 {
 	char buf[64];

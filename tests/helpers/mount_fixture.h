@@ -22,6 +22,8 @@ extern pid_t extra_node;         /* an external dkvfs-memnode, if the test start
 __attribute__((format(printf, 1, 2))) int sh(const char *fmt, ...);
 /* Output of a shell command (first cap-1 bytes), trailing newline removed. */
 __attribute__((format(printf, 3, 4))) char *sh_out(char *buf, size_t cap, const char *fmt, ...);
+/* A counter of MNT/.dkvfs/stats ("name: value"), 0 if absent. */
+long long mt_stat(const char *name);
 /* The daemon holding T/data/lock, or 0. */
 pid_t daemon_pid(void);
 void mt_setup(void);

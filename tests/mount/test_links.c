@@ -25,18 +25,11 @@ static long num(const char *fmt, const char *path)
 	return atol(out);
 }
 
-static long stat_counter(const char *name)
-{
-	char out[96];
-	sh_out(out, sizeof(out), "grep '^%s:' %s/.dkvfs/stats | cut -d' ' -f2", name, MNT);
-	return atol(out);
-}
-
 /* Wait (up to 5 s) for fs_reclaimed_chunks to reach at least want. */
 static long wait_reclaimed(long want)
 {
 	long r = 0;
-	for (int i = 0; i < 50 && (r = stat_counter("fs_reclaimed_chunks")) < want; i++)
+	for (int i = 0; i < 50 && (r = mt_stat("fs_reclaimed_chunks")) < want; i++)
 		usleep(100 * 1000);
 	return r;
 }
@@ -102,10 +95,10 @@ Test(links, data_goes_with_the_last_name)
 	cr_assert_eq(sh("head -c 5000000 /dev/urandom > %s/big && md5sum < %s/big > %s/md5 && "
 			"ln %s/big %s/big2 && ln %s/big %s/big3",
 			MNT, MNT, T, MNT, MNT, MNT, MNT), 0);
-	long r0 = stat_counter("fs_reclaimed_chunks");
+	long r0 = mt_stat("fs_reclaimed_chunks");
 	cr_assert_eq(sh("rm %s/big %s/big3", MNT, MNT), 0);
 	cr_assert_eq(sh("test \"$(md5sum < %s/big2)\" = \"$(cat %s/md5)\"", MNT, T), 0);
-	cr_assert_eq(stat_counter("fs_reclaimed_chunks"), r0, "chunks reclaimed with names left");
+	cr_assert_eq(mt_stat("fs_reclaimed_chunks"), r0, "chunks reclaimed with names left");
 	cr_assert_eq(num("%h", "big2"), 1);
 	/* while open, the last name goes: readable until closed, then freed */
 	cr_assert_eq(sh("exec 3<%s/big2 && rm %s/big2 && test \"$(md5sum <&3)\" = \"$(cat %s/md5)\"",
@@ -199,7 +192,7 @@ Test(links, an_open_file_keeps_the_stored_count)
 	down();
 	cr_assert_eq(up(EXACT), 0);
 	cr_assert_eq(num("%h", "a"), 2);
-	long r0 = stat_counter("fs_reclaimed_chunks");
+	long r0 = mt_stat("fs_reclaimed_chunks");
 	cr_assert_eq(sh("rm %s/a %s/b", MNT, MNT), 0);
 	long r1 = wait_reclaimed(r0 + 3);
 	cr_assert_geq(r1, r0 + 3, "the file's chunks outlived its last name (%ld -> %ld)", r0, r1);

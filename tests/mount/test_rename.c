@@ -46,14 +46,6 @@ static bool tree_is(const char *name)
 		  MNT, name, T, T) == 0;
 }
 
-static unsigned long long stat_of(const char *key)
-{
-	char v[64] = "";
-
-	sh_out(v, sizeof(v), "sed -n 's/^%s: //p' %s/.dkvfs/stats", key, MNT);
-	return strtoull(v, NULL, 10);
-}
-
 Test(rename, large_directory_moves_in_steps)
 {
 	char nl[32] = "";
@@ -62,7 +54,7 @@ Test(rename, large_directory_moves_in_steps)
 	cr_assert_eq(sh("mkdir %s/p %s/q", MNT, MNT), 0);
 	make_tree("p/d");
 	cr_assert_eq(sh("mv %s/p/d %s/q/e", MNT, MNT), 0);
-	cr_assert_geq(stat_of("fs_rename_steps"), 1, "the rename did not go in steps");
+	cr_assert_geq(mt_stat("fs_rename_steps"), 1, "the rename did not go in steps");
 	cr_assert_neq(sh("test -e %s/p/d", MNT), 0, "the old name is still there");
 	cr_assert(tree_is("q/e"), "the tree under the new name differs");
 	/* the parents' link counts followed: p lost its subdirectory, q got it */

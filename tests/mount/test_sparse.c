@@ -39,13 +39,6 @@ static long long blocks(const char *name)
 	return (long long)st.st_blocks;
 }
 
-static long long stat_counter(const char *name)
-{
-	char out[64] = "";
-	sh_out(out, sizeof(out), "sed -n 's/^%s: //p' %s/.dkvfs/stats", name, MNT);
-	return atoll(out);
-}
-
 static void fill(uint8_t *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -145,7 +138,7 @@ Test(sparse, fallocate_reserves_and_writes_fill_the_reservation)
 	uint8_t *data = malloc(len), *got = malloc(len);
 	fill(data, len, 9);
 	cr_assert_eq(up(NULL), 0);
-	long long live0 = stat_counter("extent_live_bytes");
+	long long live0 = mt_stat("extent_live_bytes");
 	cr_assert_eq(sh("fallocate -l 4M %s", at("pre")), 0, "fallocate(1) failed");
 	struct stat st;
 	cr_assert_eq(stat(at("pre"), &st), 0);
@@ -156,13 +149,13 @@ Test(sparse, fallocate_reserves_and_writes_fill_the_reservation)
 	int fd = open(at("pre"), O_RDONLY);
 	cr_assert_eq(lseek(fd, 0, SEEK_HOLE), 0, "a reservation is a hole for SEEK_HOLE");
 	close(fd);
-	long long live1 = stat_counter("extent_live_bytes");
+	long long live1 = mt_stat("extent_live_bytes");
 	cr_assert_geq(live1 - live0, (long long)len, "no space was reserved");
 	/* writing it fills the reservation: no second copy of the space */
 	fd = open(at("pre"), O_WRONLY);
 	cr_assert_eq(pwrite(fd, data, len, 0), (ssize_t)len);
 	cr_assert_eq(close(fd), 0);
-	long long live2 = stat_counter("extent_live_bytes");
+	long long live2 = mt_stat("extent_live_bytes");
 	cr_assert_leq(live2, live1, "writing a preallocated file took more space: %lld -> %lld",
 		      live1, live2);
 	cr_assert_eq(blocks("pre"), (long long)len / 512);
@@ -214,7 +207,7 @@ Test(sparse, kill9_while_filling_a_reservation_leaves_zeros)
 	close(p[1]);
 	char c;
 	cr_assert_eq(read(p[0], &c, 1), 1, "the writer failed");
-	cr_assert_gt(stat_counter("extent_write_bytes"), 0);
+	cr_assert_gt(mt_stat("extent_write_bytes"), 0);
 	pid_t d = daemon_pid();
 	cr_assert_gt(d, 0);
 	cr_assert_eq(kill(d, SIGKILL), 0);
