@@ -27,8 +27,8 @@
 
 #define CH FS_CHUNK_SIZE
 
-/* Copy chunk idx_in of src (committed, stored whole as its pointer says,
- * exactly want bytes) to chunk idx_out of dst on the node.  1: not a case
+/* Copy chunk idx_in of src (committed; want bytes of it, at least all it
+ * stores) to chunk idx_out of dst on the node.  1: not a case
  * for the node (the caller reads and writes instead); 0: done; <0: error. */
 static int node_copy(struct fs_ctx *fs, struct fs_inode *src, uint64_t idx_in,
 		     struct fs_inode *dst, uint64_t idx_out, uint32_t want)
@@ -41,7 +41,9 @@ static int node_copy(struct fs_ctx *fs, struct fs_inode *src, uint64_t idx_in,
 		return 1; /* a hole (zeros are written as nothing), or a bad pointer */
 	if (rc)
 		return rc;
-	if (fs_cext_unwritten(&from) || fs_cext_len(&from) != want) {
+	/* a chunk's trailing zeros are not stored: a copy of the stored bytes
+	 * reads the same, as long as the copy takes all of them */
+	if (fs_cext_unwritten(&from) || fs_cext_len(&from) > want) {
 		fs_cext_release(&from);
 		return 1;
 	}
@@ -58,7 +60,7 @@ static int node_copy(struct fs_ctx *fs, struct fs_inode *src, uint64_t idx_in,
 			fs_cext_free(fs, &to);
 		} else {
 			FS_COUNT(fs, copy_node_chunks, 1);
-			FS_COUNT(fs, copy_node_bytes, want);
+			FS_COUNT(fs, copy_node_bytes, fs_cext_len(&from));
 		}
 	}
 	fs_cext_release(&to);

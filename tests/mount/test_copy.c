@@ -186,12 +186,27 @@ Test(copy, ranges_the_node_cannot_take_still_copy_exactly)
 	/* past the end of the source: nothing */
 	cr_assert_eq(cfr("src", (off_t)n + 5, "none", 0, 100), 0);
 
+	/* a chunk whose tail is zeros is stored shorter: its copy on the node
+	 * must still read zeros there, over a destination that had data */
+	uint8_t *z = malloc(2 * CH);
+	cr_assert_not_null(z);
+	fill(z, 2 * CH, 11);
+	memset(z + CH - 1000, 0, 1000);
+	put_file("zt", z, 2 * CH);
+	put_file("zt2", old, 2 * CH);
+	long long c0 = mt_stat("fs_copy_node_chunks");
+	cr_assert_eq(cfr("zt", 0, "zt2", 0, 2 * CH), 2LL * CH);
+	cr_assert_eq(mt_stat("fs_copy_node_chunks") - c0, 2, "the node did not copy both chunks");
+	expect_file("zt2", z, 2 * CH);
+
 	/* all of it after a remount */
 	down();
 	cr_assert_eq(up(NULL), 0);
 	expect_file("mid", old, 4 * CH);
 	expect_file("src", e, n);
+	expect_file("zt2", z, 2 * CH);
 	down();
+	free(z);
 	free(s);
 	free(e);
 	free(old);
