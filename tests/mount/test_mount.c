@@ -886,12 +886,26 @@ Test(mount, crash_with_an_unlinked_open_file_leaves_nothing)
 	cr_assert_eq(sh("mkdir %s/d && head -c 900000 /dev/urandom > %s/d/victim && echo keep > %s/d/k",
 			MNT, MNT, MNT), 0);
 	snprintf(p, sizeof(p), "%s/d/victim", MNT);
-	int fd = open(p, O_RDONLY);
+	int fd = open(p, O_RDWR);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(unlink(p), 0);
 	char n[64];
+	/* libfuse hides it as .fuse_hidden* (hard_remove would make fstat
+	 * fail with ESTALE: the kernel's GETATTR carries no handle) */
 	sh_out(n, sizeof(n), "ls -A %s/d | grep -c fuse_hidden", MNT);
 	cr_assert_str_eq(n, "1");
+	/* and the handle works: fstat, read, write, read back */
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0, "fstat of an unlinked open file: %s", strerror(errno));
+	cr_assert_eq(st.st_size, 900000);
+	char b[8] = "", w[8] = "written";
+	cr_assert_eq(pread(fd, b, 4, 1000), 4);
+	cr_assert_eq(pwrite(fd, w, 7, 899998), 7);
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq(st.st_size, 900005);
+	cr_assert_eq(pread(fd, b, 7, 899998), 7);
+	cr_assert_eq(memcmp(b, w, 7), 0);
+	cr_assert_eq(fsync(fd), 0);
 	pid_t pid = daemon_pid();
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	close(fd);
