@@ -452,7 +452,7 @@ static int recover_hidden(struct fs_ctx *fs)
 			break;
 		}
 		rc = fs_kv_batch_delete(b, k, kl);
-		if (!rc && kl == FS_INTENT_KEY_LEN && vl > 1 && vl <= FS_KEY_MAX && v[0] == FS_NS_PREFIX &&
+		if (!rc && kl == FS_INTENT_KEY_LEN && vl > 1 && vl <= FS_KEY_MAX && (v[0] == FS_NS_PREFIX || v[0] == FS_UNLINKED_PREFIX) &&
 		    fs_kv_get(fs->kv, v, vl, &rv, &rl) == 0 && fs_rec_decode(rv, rl, &rec) == 0 &&
 		    rec.ino == get_be64(k + 1) && S_ISREG(rec.mode)) {
 			rc = fs_kv_batch_delete(b, v, vl);

@@ -48,7 +48,21 @@ int fs_key_from_path(struct fs_key *k, const char *path)
 			return rc;
 		p = e;
 	}
+	if (k->len > 1 && fs_key_is_hidden_name(k->b, k->len)) {
+		size_t i = k->len;
+		while (k->b[i - 1] != FS_SEP)
+			i--;
+		memmove(k->b + 2, k->b + i, k->len - i);
+		k->len = 2 + (k->len - i);
+		k->b[0] = FS_UNLINKED_PREFIX;
+		k->b[1] = FS_SEP;
+	}
 	return 0;
+}
+
+bool fs_key_is_unlinked(const struct fs_key *k)
+{
+	return k->len > 2 && k->b[0] == FS_UNLINKED_PREFIX;
 }
 
 int fs_key_to_path(const uint8_t *key, size_t klen, char *buf, size_t cap)

@@ -37,6 +37,10 @@
 #define FS_HIDDEN_PREFIX 'H'
 #define FS_SHARED_PREFIX 'L' /* the shared record of a hard-linked file */
 #define FS_RENAME_PREFIX 'R' /* the one key of a rename in steps (fs_rename.c) */
+/* Files unlinked while open: libfuse renames them to .fuse_hidden* in their
+ * directory; such a name's key is 'U' SEP name instead, outside every
+ * directory, so no listing shows it and no rmdir is refused for it. */
+#define FS_UNLINKED_PREFIX 'U'
 #define FS_HIDDEN_NAME   ".fuse_hidden"
 #define FS_SEP           0x00
 
@@ -56,7 +60,9 @@ struct fs_key {
 };
 
 /* Key of an absolute path ("/" -> root).  Empty components ("//") and a
- * trailing '/' are ignored.  Errors: -EINVAL (relative path or NULL),
+ * trailing '/' are ignored.  A path whose last component is a libfuse
+ * hidden name (.fuse_hidden*) gets the key 'U' SEP name, whatever its
+ * directory (FS_UNLINKED_PREFIX).  Errors: -EINVAL (relative path or NULL),
  * -ENAMETOOLONG (a component over FS_NAME_MAX bytes or the key over
  * FS_KEY_MAX - 2, which leaves room for the marker and the seek bound). */
 int fs_key_from_path(struct fs_key *k, const char *path);
@@ -89,6 +95,8 @@ size_t fs_key_shared(uint8_t out[FS_INTENT_KEY_LEN], uint64_t ino);
 bool fs_key_is_shared(const uint8_t *k, size_t klen);
 /* Is the last component of namespace key k a libfuse hidden name? */
 bool fs_key_is_hidden_name(const uint8_t *k, size_t klen);
+/* Is k the key of a hidden name (FS_UNLINKED_PREFIX)? */
+bool fs_key_is_unlinked(const struct fs_key *k);
 /* Parse a chunk key; false if it is not one. */
 bool fs_key_parse_chunk(const uint8_t *key, size_t klen, uint64_t *data_id, uint64_t *idx);
 bool fs_key_parse_intent(const uint8_t *key, size_t klen, uint64_t *data_id);

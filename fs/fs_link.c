@@ -62,6 +62,8 @@ int fs_link(struct fs_ctx *fs, const char *from, const char *to)
 		goto out;
 	}
 	rc = fs_key_from_path(kt, to);
+	if (!rc && fs_key_is_unlinked(kt))
+		rc = -EPERM; /* .fuse_hidden* names are libfuse's (fs_key.h) */
 	if (!rc) /* POSIX: no links to directories */
 		rc = fs_inode_get_file(fs, from, -EPERM, &ino, &b);
 	if (rc)

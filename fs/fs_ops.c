@@ -149,6 +149,10 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 		rc = -EEXIST;
 		goto out_free;
 	}
+	if (fs_key_is_unlinked(k)) {
+		rc = -EPERM; /* .fuse_hidden* names are libfuse's (fs_key.h) */
+		goto out_free;
+	}
 	fs_op_caller(fs, &uid, &gid);
 	b = fs_kv_batch_create(fs->kv);
 	if (!b) {

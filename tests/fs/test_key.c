@@ -152,4 +152,15 @@ Test(key, hidden_names)
 	cr_assert(!fs_key_is_hidden_name(k.b, k.len));
 	fs_key_from_path(&k, "/");
 	cr_assert(!fs_key_is_hidden_name(k.b, k.len));
+	cr_assert(!fs_key_is_unlinked(&k));
+	/* a hidden name's key is outside every directory: 'U' SEP name */
+	cr_assert_eq(fs_key_from_path(&k, "/d/e/.fuse_hidden0000001200000003"), 0);
+	cr_assert(fs_key_is_unlinked(&k));
+	cr_assert_eq(k.len, 2 + strlen(".fuse_hidden0000001200000003"));
+	cr_assert_eq(k.b[0], FS_UNLINKED_PREFIX);
+	cr_assert_eq(k.b[1], FS_SEP);
+	cr_assert_arr_eq(k.b + 2, ".fuse_hidden0000001200000003", k.len - 2);
+	cr_assert(fs_key_is_hidden_name(k.b, k.len));
+	cr_assert_eq(fs_key_from_path(&k, "/.fuse_hidden/x"), 0);
+	cr_assert(!fs_key_is_unlinked(&k), "a hidden name in the middle of a path stays");
 }
