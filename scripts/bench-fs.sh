@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# scripts/bench-fs.sh — dkvfs against tmpfs with real shell tools, same run.
+# scripts/bench-fs.sh — dkvfs against libfuse's passthrough and tmpfs with
+# real shell tools, same run.
 #
 # Mounts dkvfs with an embedded memory node (its data_dir in /dev/shm, so both
-# sides live in DRAM) and runs every step on the mount and on a tmpfs
-# directory, printing one line per step:
+# sides live in DRAM), builds libfuse's own high-level `passthrough` example
+# (Debian ships it in /usr/share/doc/libfuse3-dev/examples) and mounts it over
+# a tmpfs directory (the FUSE baseline: the same kernel round trips, no
+# store), and runs every step on the three, printing one line per step:
 #
-#   RESULT bench=fs_STEP dkvfs=X tmpfs=Y ratio=X/Y unit=UNIT
+#   RESULT bench=fs_STEP dkvfs=X passthrough=P tmpfs=Y vs_passthrough=X/P vs_tmpfs=X/Y unit=UNIT
 #
 #   fs_cp_small     cp -r of NSMALL (20000) files of 4 KiB in 20 dirs   files_per_sec
 #   fs_cp_big       cp of one BIG_MB (1024) MiB file                     mb_per_sec
 #   fs_read_big     cat of that file to /dev/null (caches dropped)       mb_per_sec
 #   fs_ls_l_10k     ls -l of a directory of NWIDE (10000) entries        ms
 #   fs_find         find -type f over the fs_cp_small tree               ms
+#   fs_diff         diff -r of the fs_cp_small tree against its source   ms
+#   fs_tar_c        tar c of the fs_cp_small tree to /dev/null           ms
+#   fs_rm_small     rm -rf of the fs_cp_small tree                       ms
 #   fs_bulk_create  cp -r of NBULK (1000000) empty files, 1000 dirs      files_per_sec
 #   fs_ls_10_in_1m  ls of a 10-entry directory beside the bulk tree      ms
 #   fs_ls_root_1m   ls of the root whose sibling holds the bulk tree     ms
 #
-# Before each read-side step the kernel's page, dentry and inode caches are
-# dropped (as root) so dkvfs is measured, not the kernel cache; tmpfs keeps
-# its data in the page cache by nature.  The ms steps (ls, find) are the
-# median of REPEAT (3) such cold runs.  The big file is compared with cmp
-# after the timed read (not timed).
+# For rates (files_per_sec, mb_per_sec) a ratio above 1 means dkvfs is
+# faster; for times (ms) below 1.  Before each read-side step the kernel's
+# page, dentry and inode caches are dropped (as root) so the file systems are
+# measured, not the kernel cache; tmpfs keeps its data in the page cache by
+# nature.  The ms steps are the median of REPEAT (3) such cold runs (rm -rf
+# and tar run once).  The big file is compared with cmp after the timed read
+# (not timed).  Set PASSTHROUGH=0 to leave the passthrough column out (NA).
 #
 # Environment: BUILD (build), NSMALL, NWIDE, NBULK, BIG_MB, BULK_JOBS (4
 # parallel cp for the bulk create), DKVFS_OPTS (extra -o options for the
 # mount, default memnode_size=8G), STEP_LIMIT (seconds per step, default
-# 900).  Always unmounts and removes its directories, also on failure or ^C.
+# 900), PASSTHROUGH (1).  Always unmounts and removes its directories, also
+# on failure or ^C.
 set -uo pipefail
 BUILD=${BUILD:-build}
 NSMALL=${NSMALL:-20000}
@@ -36,6 +45,7 @@ BULK_JOBS=${BULK_JOBS:-4}
 STEP_LIMIT=${STEP_LIMIT:-900}
 REPEAT=${REPEAT:-3}
 DKVFS_OPTS=${DKVFS_OPTS-memnode_size=8G}
+PASSTHROUGH=${PASSTHROUGH:-1}
 
 DKVFS=$BUILD/dkvfs
 [ -x "$DKVFS" ] || { echo "bench-fs: $DKVFS not built (make BUILD=$BUILD $DKVFS)" >&2; exit 1; }
@@ -46,7 +56,8 @@ SRC=$BASE/src          # source trees (tmpfs)
 TMP=$BASE/tmpfs        # the tmpfs side
 DATA=$BASE/data        # dkvfs data_dir (embedded memory node region)
 MNT=$(mktemp -d /tmp/dkvfs-bench-mnt.XXXXXX)
-mkdir -p "$SRC" "$TMP" "$DATA"
+PT=$(mktemp -d /tmp/dkvfs-bench-pt.XXXXXX)   # passthrough mount (of $BASE/ptback)
+mkdir -p "$SRC" "$TMP" "$DATA" "$BASE/ptback"
 DPID=
 r=()
 
@@ -56,6 +67,10 @@ cleanup() {
 	if mountpoint -q "$MNT" 2>/dev/null; then
 		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT" 2>/dev/null
 	fi
+	if mountpoint -q "$PT" 2>/dev/null; then
+		fusermount3 -u "$PT" 2>/dev/null || fusermount3 -u -z "$PT" 2>/dev/null
+	fi
+	rmdir "$PT" 2>/dev/null
 	if [ -n "$DPID" ]; then
 		# The daemon flushes and exits after the unmount; give it a bound.
 		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
@@ -85,11 +100,13 @@ drop_caches() {
 	ls -l / >/dev/null; find / -maxdepth 0 >/dev/null; cat </dev/null; wc -l </dev/null >/dev/null
 	cp --version >/dev/null; timeout 5 true
 }
-# result NAME UNIT DKVFS TMPFS  (NA for a side whose command failed)
+# result NAME UNIT DKVFS PASSTHROUGH TMPFS  (NA for a side whose command failed)
 result() {
-	awk -v n="$1" -v u="$2" -v d="$3" -v t="$4" 'BEGIN {
-		r = (d != "NA" && t != "NA" && t + 0 > 0) ? sprintf("%.3f", d / t) : "NA"
-		printf "RESULT bench=%s dkvfs=%s tmpfs=%s ratio=%s unit=%s\n", n, d, t, r, u }'
+	awk -v n="$1" -v u="$2" -v d="$3" -v p="$4" -v t="$5" '
+	function ratio(a, b) { return (a != "NA" && b != "NA" && b + 0 > 0) ? sprintf("%.3f", a / b) : "NA" }
+	BEGIN {
+		printf "RESULT bench=%s dkvfs=%s passthrough=%s tmpfs=%s vs_passthrough=%s vs_tmpfs=%s unit=%s\n",
+			n, d, p, t, ratio(d, p), ratio(d, t), u }'
 	echo "# $1 done at $(date +%T)" >&2
 }
 warn() { echo "bench-fs: WARNING: $*" >&2; touch "$BASE/failed"; }
@@ -137,6 +154,23 @@ for _ in $(seq 200); do
 done
 mountpoint -q "$MNT" || { cat "$BASE/dkvfs.log" >&2; die "dkvfs did not mount (opts $opts)"; }
 echo "# dkvfs mounted on $MNT (pid $DPID, -o $opts); tmpfs side $TMP" >&2
+# passthrough: libfuse's example, built here, mounted over a tmpfs directory
+# (its default options: caches as libfuse sets them, one thread per request)
+SIDES=("$MNT" "$PT" "$TMP")
+EX=/usr/share/doc/libfuse3-dev/examples
+if [ "$PASSTHROUGH" = 1 ] && [ -f "$EX/passthrough.c" ] &&
+	cc -O2 -Wall -D_GNU_SOURCE -I"$EX" "$EX/passthrough.c" -o "$BASE/passthrough" \
+		$(pkg-config fuse3 --cflags --libs) 2>"$BASE/pt-build.log" &&
+	(cd "$BASE/ptback" && "$BASE/passthrough" "$PT") && mountpoint -q "$PT"; then
+	echo "# passthrough of $BASE/ptback mounted on $PT" >&2
+	PTROOT=$PT$BASE/ptback   # passthrough shows the whole root: work in ptback
+else
+	[ "$PASSTHROUGH" = 1 ] && echo "bench-fs: passthrough not available ($(tail -1 "$BASE/pt-build.log" 2>/dev/null)): NA" >&2
+	PTROOT=
+fi
+SIDES=("$MNT" "${PTROOT:-NA}" "$TMP")
+# each SIDE loop below runs the step on dkvfs, passthrough, tmpfs (in that
+# order); the passthrough side is NA when it is not mounted
 
 # ---- sources (not timed) ----
 per_dir=$(( (NSMALL + 19) / 20 ))
@@ -150,19 +184,22 @@ head -c $((BIG_MB << 20)) /dev/urandom >"$SRC/big"
 nsmall=$(find "$SRC/small" -type f | wc -l)
 
 # ---- cp -r of the small files ----
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	drop_caches
 	r+=("$(timed rate "$nsmall" cp -r "$SRC/small" "$side/small")")
 done
 result fs_cp_small files_per_sec "${r[@]}"; r=()
 
 # ---- one big file ----
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	drop_caches
 	r+=("$(timed rate "$BIG_MB" cp "$SRC/big" "$side/big")")
 done
 result fs_cp_big mb_per_sec "${r[@]}"; r=()
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	drop_caches
 	r+=("$(timed rate "$BIG_MB" cat "$side/big")")
 done
@@ -170,7 +207,8 @@ result fs_read_big mb_per_sec "${r[@]}"; r=()
 tmo cmp -s "$SRC/big" "$MNT/big" || warn "$MNT/big differs from the source"
 
 # ---- ls -l of a wide directory ----
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	tmo cp -r "$SRC/wide" "$side/wide" || warn "cp -r wide to $side failed"
 	r+=("$(OUT=$BASE/out cold_ms ls -l "$side/wide")")
 	n=$(wc -l <"$BASE/out")
@@ -179,12 +217,33 @@ done
 result fs_ls_l_10k ms "${r[@]}"; r=()
 
 # ---- find over the small tree ----
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	r+=("$(OUT=$BASE/out cold_ms find "$side/small" -type f)")
 	n=$(wc -l <"$BASE/out")
 	[ "$n" -eq "$nsmall" ] || warn "find $side/small: $n files"
 done
 result fs_find ms "${r[@]}"; r=()
+
+# ---- diff -r against the source, tar c, rm -rf of the small tree ----
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
+	r+=("$(cold_ms diff -r "$SRC/small" "$side/small")")
+done
+result fs_diff ms "${r[@]}"; r=()
+# (GNU tar does not read the files when it writes to /dev/null itself)
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
+	drop_caches
+	r+=("$(timed ms 0 sh -c 'tar cf - -C "$1" small | cat >/dev/null' _ "$side")")
+done
+result fs_tar_c ms "${r[@]}"; r=()
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
+	drop_caches
+	r+=("$(timed ms 0 rm -rf "$side/small")")
+done
+result fs_rm_small ms "${r[@]}"; r=()
 
 # ---- a volume holding NBULK keys, and a 10-entry directory beside them ----
 # The bulk tree is 1000 directories of NBULK/1000 empty files, copied by
@@ -200,19 +259,22 @@ mkdir -p "$SRC/ten"
 for i in $(seq 0 9); do echo "$i" >"$SRC/ten/e$i"; done
 # bulk_copy SRC JOBS DST: every directory of SRC into DST, JOBS cp at a time.
 bulk='cd "$1" && ls | xargs -P "$2" -n 50 sh -c '"'"'cp -r "$@" "$0"'"'"' "$3"'
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	mkdir -p "$side/bulk"
 	r+=("$(timed rate "$nbulk" sh -c "$bulk" _ "$SRC/bulk" "$BULK_JOBS" "$side/bulk/")")
 	cp -r "$SRC/ten" "$side/ten" || warn "cp -r ten to $side failed"
 done
 result fs_bulk_create files_per_sec "${r[@]}"; r=()
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	r+=("$(OUT=$BASE/out cold_ms ls "$side/ten")")
 	n=$(wc -l <"$BASE/out")
 	[ "$n" -eq 10 ] || warn "ls $side/ten: $n entries"
 done
 result fs_ls_10_in_1m ms "${r[@]}"; r=()
-for side in "$MNT" "$TMP"; do
+for side in "${SIDES[@]}"; do
+	[ "$side" = NA ] && { r+=(NA); continue; }
 	r+=("$(cold_ms ls "$side")")
 done
 result fs_ls_root_1m ms "${r[@]}"; r=()

@@ -32,7 +32,7 @@ expect engine-compute 2 "$BUILD/dkvfs-bench" --engine=dkv --compaction=compute -
 	--benchmarks=fillrandom,readrandom --memtable_size=64K
 if [ "${SKIP_FS:-0}" != 1 ]; then
 	NSMALL=200 NWIDE=100 NBULK=1000 BIG_MB=8 BULK_JOBS=2 STEP_LIMIT=120 \
-		expect fs 8 "$here/bench-fs.sh"
+		expect fs 11 "$here/bench-fs.sh"
 fi
 
 if [ ${#fails[@]} -eq 0 ]; then
