@@ -2,8 +2,8 @@
  * subtree of keys, moves to the new name.  A subtree that fits in
  * rename_batch_bytes (fs_opts, default 16 MiB) moves in one batch, atomic in
  * the engine; a larger one moves in bounded steps behind a rename intent
- * that the next mount finishes after a crash (below).  RENAME_EXCHANGE of a
- * directory over the bound is refused with E2BIG.
+ * that the next mount finishes after a crash (below).  RENAME_EXCHANGE over
+ * the bound goes the same way, through a third name (T + the first key).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -148,10 +148,11 @@ static bool key_below(const struct fs_key *k, const struct fs_key *dir)
  *
  * A subtree whose keys and values take more than rename_batch_bytes moves in
  * steps of that size instead of one batch.  First a rename intent (the 'R'
- * key: from, to, and the parents' directory-count changes) is written; then
- * each step puts a part of the subtree under the new name and deletes it
- * under the old one, in one batch; the last batch stamps both parents and
- * deletes the intent.  The WAL keeps batches in order, so a crash leaves the
+ * key: the moves, the phase, and the parents' directory-count changes) is
+ * written and synced; then each step puts a part of the subtree under the
+ * new name and deletes it under the old one, in one batch (an exchange does
+ * three such moves, the intent's phase moving on after each); the last
+ * batch stamps both parents and deletes the intent.  The WAL keeps batches in order, so a crash leaves the
  * intent whenever a step is durable, and the next writable mount finishes
  * the rename before it serves anything (fs_rename_recover): the tree is
  * under the old name or, after the mount, wholly under the new one.  While
@@ -159,128 +160,219 @@ static bool key_below(const struct fs_key *k, const struct fs_key *dir)
  * (writer) keeps lookups and new listings out, so no one sees a half-moved
  * tree.  Each step's iterator starts at the first key not moved yet. */
 
-#define RENAME_INTENT_VERSION 1
+#define RENAME_INTENT_VERSION 2
+#define MOVING_PREFIX 'T' /* an exchange's first side while the second moves */
 
-static size_t intent_encode(uint8_t *v, const struct fs_key *kf, const struct fs_key *kt,
-			    int df, int dt)
+/* What a rename in steps does: n moves (1, or 3 for an exchange: a -> T,
+ * b -> a, T -> b), done in order from phase on; then both names' parents
+ * are stamped with subdirectory changes df and dt.  A move takes the
+ * record at its source key (a file) and every key of the subtree below it
+ * (a directory: its marker and all under it). */
+struct plan {
+	int df, dt;
+	unsigned phase, n;
+	struct fs_key from[3], to[3];
+};
+
+/* The two names: stamped at the end, and swapped or renamed in memory. */
+static const struct fs_key *plan_a(const struct plan *p)
 {
+	return &p->from[0];
+}
+
+static const struct fs_key *plan_b(const struct plan *p)
+{
+	return p->n == 1 ? &p->to[0] : &p->from[1];
+}
+
+/* Value of the 'R' key: u8 version, i8 df, i8 dt, u8 phase, u8 n, 3 x u8 0,
+ * then n x (u32 length, source key, u32 length, destination key). */
+static size_t plan_encode(const struct plan *p, uint8_t *v)
+{
+	size_t o = 8;
 	v[0] = RENAME_INTENT_VERSION;
-	v[1] = (uint8_t)(int8_t)df;
-	v[2] = (uint8_t)(int8_t)dt;
-	v[3] = 0;
-	put_u32(v + 4, (uint32_t)kf->len);
-	memcpy(v + 8, kf->b, kf->len);
-	put_u32(v + 8 + kf->len, (uint32_t)kt->len);
-	memcpy(v + 12 + kf->len, kt->b, kt->len);
-	return 12 + kf->len + kt->len;
+	v[1] = (uint8_t)(int8_t)p->df;
+	v[2] = (uint8_t)(int8_t)p->dt;
+	v[3] = (uint8_t)p->phase;
+	v[4] = (uint8_t)p->n;
+	v[5] = v[6] = v[7] = 0;
+	for (unsigned i = 0; i < p->n; i++) {
+		const struct fs_key *k[2] = { &p->from[i], &p->to[i] };
+		for (int j = 0; j < 2; j++) {
+			put_u32(v + o, (uint32_t)k[j]->len);
+			memcpy(v + o + 4, k[j]->b, k[j]->len);
+			o += 4 + k[j]->len;
+		}
+	}
+	return o;
 }
 
-static int intent_decode(const uint8_t *v, size_t vl, struct fs_key *kf, struct fs_key *kt,
-			 int *df, int *dt)
+static bool plan_key_ok(const struct fs_key *k)
 {
-	if (vl < 12 || v[0] != RENAME_INTENT_VERSION)
-		return -EIO;
-	size_t fl = get_u32(v + 4);
-	if (fl < 2 || fl > FS_KEY_MAX - 2 || 12 + fl > vl)
-		return -EIO;
-	size_t tl = get_u32(v + 8 + fl);
-	if (tl < 2 || tl > FS_KEY_MAX - 2 || 12 + fl + tl != vl)
-		return -EIO;
-	*df = (int8_t)v[1];
-	*dt = (int8_t)v[2];
-	memcpy(kf->b, v + 8, fl);
-	kf->len = fl;
-	memcpy(kt->b, v + 12 + fl, tl);
-	kt->len = tl;
-	if (kf->b[0] != FS_NS_PREFIX || kt->b[0] != FS_NS_PREFIX)
-		return -EIO;
-	return 0;
+	return k->len >= 2 && (k->b[0] == FS_NS_PREFIX || k->b[0] == MOVING_PREFIX);
 }
 
-/* Move the rest of the subtree, then stamp the parents and drop the intent.
- * Caller holds ns_lock (writer) or is the mount's recovery. */
-static int steps_run(struct fs_ctx *fs, const struct fs_key *kf, const struct fs_key *kt, int df,
-		     int dt, uint64_t *moved)
+static int plan_decode(const uint8_t *v, size_t vl, struct plan *p)
+{
+	size_t o = 8;
+	if (vl < 8 || v[0] != RENAME_INTENT_VERSION || (v[4] != 1 && v[4] != 3) || v[3] >= v[4])
+		return -EIO;
+	p->df = (int8_t)v[1];
+	p->dt = (int8_t)v[2];
+	p->phase = v[3];
+	p->n = v[4];
+	for (unsigned i = 0; i < p->n; i++) {
+		struct fs_key *k[2] = { &p->from[i], &p->to[i] };
+		for (int j = 0; j < 2; j++) {
+			if (o + 4 > vl)
+				return -EIO;
+			size_t l = get_u32(v + o);
+			if (l > FS_KEY_MAX - 2 || o + 4 + l > vl)
+				return -EIO;
+			memcpy(k[j]->b, v + o + 4, l);
+			k[j]->len = l;
+			o += 4 + l;
+			if (!plan_key_ok(k[j]))
+				return -EIO;
+		}
+	}
+	return o == vl ? 0 : -EIO;
+}
+
+/* Write the intent (sync: before anything moves, so a crash finishes it). */
+static int plan_log(struct fs_ctx *fs, const struct plan *p, bool sync)
+{
+	const uint8_t ik = FS_RENAME_PREFIX;
+	uint8_t *v = malloc(8 + 3 * 2 * (4 + (size_t)FS_KEY_MAX));
+	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
+	int rc = v && b ? fs_kv_batch_put(b, &ik, 1, v, plan_encode(p, v)) : -ENOMEM;
+	if (!rc)
+		rc = fs_kv_write(fs->kv, b, sync);
+	fs_kv_batch_destroy(b);
+	free(v);
+	return rc;
+}
+
+/* One move of a plan, in steps of rename_batch_bytes. */
+static int move_all(struct fs_ctx *fs, const struct fs_key *from, const struct fs_key *to,
+		    uint64_t *moved, unsigned *step)
 {
 	uint8_t *start = malloc(FS_KEY_MAX);
 	size_t slen = 0;
-	bool more = true;
+	bool more = true, first = true;
 	int rc = start ? 0 : -ENOMEM;
-	pthread_rwlock_wrlock(&fs->move_lock);
-	for (unsigned step = 1; more && !rc; step++) {
+	while (more && !rc) {
 		struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
-		rc = b ? move_subtree(fs, b, kf, kt, MOVE_PUT | MOVE_DEL, moved,
-				      fs->opts.rename_batch_bytes, start, &slen, &more)
-		       : -ENOMEM;
+		rc = b ? 0 : -ENOMEM;
+		if (!rc && first) { /* a file's record */
+			void *v = NULL;
+			size_t vl = 0;
+			rc = fs_kv_get(fs->kv, from->b, from->len, &v, &vl);
+			if (!rc) {
+				rc = fs_kv_batch_put(b, to->b, to->len, v, vl);
+				if (!rc)
+					rc = fs_kv_batch_delete(b, from->b, from->len);
+				if (!rc)
+					(*moved)++;
+			} else if (rc == -ENOENT) {
+				rc = 0;
+			}
+			free(v);
+			first = false;
+		}
+		if (!rc)
+			rc = move_subtree(fs, b, from, to, MOVE_PUT | MOVE_DEL, moved,
+					  fs->opts.rename_batch_bytes, start, &slen, &more);
 		if (!rc)
 			rc = fs_kv_write(fs->kv, b, false);
 		fs_kv_batch_destroy(b);
-		if (!rc && step == fs->test_rename_die_after)
+		if (!rc && ++*step == fs->test_rename_die_after)
 			_exit(77); /* a crash point for tests (DKVFS_TEST_RENAME_DIE_AFTER) */
+	}
+	free(start);
+	return rc;
+}
+
+/* Do the plan from its phase on, then stamp the parents and drop the
+ * intent.  Caller holds ns_lock (writer) or is the mount's recovery. */
+static int plan_run(struct fs_ctx *fs, struct plan *p, uint64_t *moved)
+{
+	unsigned step = 0;
+	int rc = 0;
+	pthread_rwlock_wrlock(&fs->move_lock);
+	while (!rc && p->phase < p->n) {
+		rc = move_all(fs, &p->from[p->phase], &p->to[p->phase], moved, &step);
+		if (!rc && ++p->phase < p->n) /* a crash from here on goes on with the next */
+			rc = plan_log(fs, p, false);
 	}
 	if (!rc) {
 		struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
 		const uint8_t ik = FS_RENAME_PREFIX;
 		rc = b ? fs_kv_batch_delete(b, &ik, 1) : -ENOMEM;
 		if (!rc)
-			rc = stamp_parents_and_write(fs, b, kf, df, kt, dt);
+			rc = stamp_parents_and_write(fs, b, plan_a(p), p->df, plan_b(p), p->dt);
 		fs_kv_batch_destroy(b);
 	}
 	pthread_rwlock_unlock(&fs->move_lock);
-	free(start);
 	return rc;
 }
 
-/* A directory rename too large for one batch (exists: the target was an
- * empty directory, which the subtree's marker replaces). */
-static int rename_steps(struct fs_ctx *fs, const struct fs_key *kf, const struct fs_key *kt,
-			bool exists)
+/* A rename of a to b (or an exchange of a and b) too large for one batch;
+ * df and dt: the parents' subdirectory changes. */
+static int rename_steps(struct fs_ctx *fs, const struct fs_key *a, const struct fs_key *b, int df,
+			int dt, bool exchange)
 {
-	const uint8_t ik = FS_RENAME_PREFIX;
-	uint8_t *v = malloc(12 + 2 * (size_t)FS_KEY_MAX);
-	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
+	struct plan *p = calloc(1, sizeof(*p));
 	uint64_t moved = 0;
-	int df = -1, dt = 1 - (int)exists;
-	int rc = v && b ? 0 : -ENOMEM;
+	if (!p)
+		return -ENOMEM;
+	*p = (struct plan){ .df = df, .dt = dt, .n = exchange ? 3 : 1 };
+	p->from[0] = *a;
+	p->to[0] = *b;
+	if (exchange) { /* a -> T(a), b -> a, T(a) -> b */
+		p->to[0] = *a;
+		p->to[0].b[0] = MOVING_PREFIX;
+		p->from[1] = *b;
+		p->to[1] = *a;
+		p->from[2] = p->to[0];
+		p->to[2] = *b;
+	}
+	int rc = plan_log(fs, p, true);
 	if (!rc)
-		rc = fs_kv_batch_put(b, &ik, 1, v, intent_encode(v, kf, kt, df, dt));
-	if (!rc) /* durable before the first step: a crash always finishes it */
-		rc = fs_kv_write(fs->kv, b, true);
-	if (!rc)
-		rc = steps_run(fs, kf, kt, df, dt, &moved);
+		rc = plan_run(fs, p, &moved);
 	if (rc)
 		dkv_err("rename of a large directory stopped after %" PRIu64 " keys: %s; the "
-			  "next mount finishes it (until then part of the tree is under each name)",
-			  moved, dkv_strerror(rc));
+			"next mount finishes it (until then part of the tree is under each name)",
+			moved, dkv_strerror(rc));
 	FS_COUNT(fs, renamed_keys, moved);
 	FS_COUNT(fs, rename_steps, 1);
-	fs_kv_batch_destroy(b);
-	free(v);
+	free(p);
 	return rc;
 }
 
 int fs_rename_recover(struct fs_ctx *fs)
 {
 	const uint8_t ik = FS_RENAME_PREFIX;
-	struct fs_key *k = fs_op_key_alloc(2);
+	struct plan *p = calloc(1, sizeof(*p));
 	void *v = NULL;
 	size_t vl = 0;
 	uint64_t moved = 0;
-	int df, dt, rc = k ? fs_kv_get(fs->kv, &ik, 1, &v, &vl) : -ENOMEM;
-	if (rc == -ENOENT)
+	int rc = p ? fs_kv_get(fs->kv, &ik, 1, &v, &vl) : -ENOMEM;
+	if (rc == -ENOENT) {
 		rc = 0;
-	else if (!rc && intent_decode(v, vl, &k[0], &k[1], &df, &dt)) {
-		dkv_err("the rename intent of this volume is malformed (%zu bytes); it is left "
-			  "alone: run dkvfs-ctl fsck", vl);
-		rc = 0;
+	} else if (!rc && plan_decode(v, vl, p)) {
+		dkv_err("the rename intent of this volume is malformed (%zu bytes): left as it is, "
+			"with the subtree it names perhaps partly under each name",
+			vl);
 	} else if (!rc) {
-		rc = steps_run(fs, &k[0], &k[1], df, dt, &moved);
+		rc = plan_run(fs, p, &moved);
 		if (!rc)
 			dkv_log_notice("finished a rename of a large directory a crash interrupted "
-				 "(%" PRIu64 " keys moved now)", moved);
+				       "(%" PRIu64 " keys moved now)",
+				       moved);
 	}
 	free(v);
-	free(k);
+	free(p);
 	return rc;
 }
 
@@ -343,24 +435,24 @@ int fs_op_rename(const char *from, const char *to, unsigned int flags)
 		if (!exists)
 			rc = -ENOENT;
 		bool m1 = false, m2 = false;
+		int d = (int)S_ISDIR(rt.mode) - (int)fdir; /* each parent loses one type, gains the other */
 		if (!rc)
 			rc = move_side(fs, b, kf, &rf, kt, MOVE_DEL, &moved, &m1);
 		if (!rc)
 			rc = move_side(fs, b, kt, &rt, kf, MOVE_DEL, &moved, &m2);
 		if (!rc && (m1 || m2)) {
-			/* not (yet) done in steps: say so rather than swap half */
-			dkv_warn("rename: exchanging %s and %s would take more than one batch "
-				 "(rename_batch=%zu bytes); refused with E2BIG",
-				 from, to, fs->opts.rename_batch_bytes);
-			rc = -E2BIG;
+			/* over one batch: in steps, through a third name */
+			moved = 0;
+			rc = rename_steps(fs, kf, kt, d, -d, true);
+			if (!rc)
+				fs_inode_exchange_keys(fs, kf, kt);
+			goto out_unlock;
 		}
 		moved = 0;
 		if (!rc)
 			rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT, &moved, &m1);
 		if (!rc)
 			rc = move_side(fs, b, kt, &rt, kf, MOVE_PUT, &moved, &m2);
-		/* each parent loses one type and gains the other */
-		int d = (int)S_ISDIR(rt.mode) - (int)fdir;
 		if (!rc)
 			rc = stamp_parents_and_write(fs, b, kf, d, kt, -d);
 		if (!rc)
@@ -392,9 +484,10 @@ int fs_op_rename(const char *from, const char *to, unsigned int flags)
 	bool more = false;
 	rc = move_side(fs, b, kf, &rf, kt, MOVE_PUT | MOVE_DEL, &moved, &more);
 	if (!rc && more) {
-		/* a subtree over one batch: moved in bounded steps instead */
+		/* a subtree over one batch: moved in bounded steps instead (an
+		 * existing target is an empty directory: the marker replaces it) */
 		moved = 0;
-		rc = rename_steps(fs, kf, kt, exists);
+		rc = rename_steps(fs, kf, kt, -1, 1 - (int)exists, false);
 		if (!rc)
 			fs_inode_rename_keys(fs, kf, kt);
 		goto out_unlock;

@@ -4,7 +4,8 @@
  * hundred files moves in steps behind a rename intent; these tests check
  * that the result is the whole tree under the new name, that a kill -9
  * between steps leaves the old tree or (after the next mount) the new one,
- * never a mix, and that an exchange over the bound is refused whole. */
+ * never a mix, and that an exchange over the bound swaps both trees whole,
+ * also across a kill. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -121,22 +122,57 @@ Test(rename, killed_after_many_steps_finishes_at_mount)
 	kill_after(9);
 }
 
-/* An exchange has no steps (yet): over the bound it is refused, both trees
- * stay as they were. */
-Test(rename, exchange_over_the_bound_is_refused_whole)
+/* An exchange over the bound goes in steps too, through a third name: the
+ * big tree and a small one swap, whole; a kill in the middle of it (after
+ * step 3: in the first move; after step 20: in the last) is finished by the
+ * next mount. */
+static void exchange_case(unsigned die_after)
 {
+	char a[PATH_MAX + 16], b[PATH_MAX + 16], env[16];
+
 	cr_assert_eq(up(OPTS), 0);
 	make_tree("d");
 	cr_assert_eq(sh("mkdir -p %s/o/x && echo hi > %s/o/x/y", MNT, MNT), 0);
-	char a[PATH_MAX + 16], b[PATH_MAX + 16];
-
 	snprintf(a, sizeof(a), "%s/d", MNT);
 	snprintf(b, sizeof(b), "%s/o", MNT);
-	errno = 0;
-	cr_assert_eq(renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE), -1,
-		     "an exchange over the bound was not refused");
-	cr_assert_eq(errno, E2BIG, "an exchange over the bound: %s, not E2BIG", strerror(errno));
-	cr_assert(tree_is("d"));
-	cr_assert_eq(sh("grep -qx hi %s/o/x/y", MNT), 0);
+	if (die_after) {
+		down();
+		snprintf(env, sizeof(env), "%u", die_after);
+		setenv("DKVFS_TEST_RENAME_DIE_AFTER", env, 1);
+		cr_assert_eq(up(OPTS), 0);
+		unsetenv("DKVFS_TEST_RENAME_DIE_AFTER");
+		cr_assert_neq(renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE), 0,
+			      "the daemon did not die in the exchange");
+		sh("fusermount3 -u -z %s", MNT);
+		cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
+		cr_assert_eq(up(NULL), 0, "remount after the crash failed");
+	} else {
+		cr_assert_eq(renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE), 0,
+			     "exchange: %s", strerror(errno));
+		cr_assert_geq(mt_stat("fs_rename_steps"), 1, "the exchange did not go in steps");
+	}
+	cr_assert(tree_is("o"), "the big tree is not whole under its new name");
+	cr_assert_eq(sh("grep -qx hi %s/d/x/y && test \"$(ls -A %s/d)\" = x", MNT, MNT), 0,
+		     "the small tree is not (only) under its new name");
+	cr_assert_eq(sh("test \"$(ls -A %s)\" = \"$(printf 'd\\no')\"", MNT), 0,
+		     "the root holds more than d and o");
 	down();
+	cr_assert_eq(up(NULL), 0);
+	cr_assert(tree_is("o"));
+	down();
+}
+
+Test(rename, exchange_over_the_bound_goes_in_steps)
+{
+	exchange_case(0);
+}
+
+Test(rename, exchange_killed_in_the_first_move_finishes_at_mount)
+{
+	exchange_case(3);
+}
+
+Test(rename, exchange_killed_in_the_last_move_finishes_at_mount)
+{
+	exchange_case(20);
 }
