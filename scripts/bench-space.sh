@@ -12,6 +12,11 @@
 #   RESULT bench=space_round round=N write_ok=1 df_used_mb=.. rss_mb=.. file_mb=..
 #   RESULT bench=space_after_wait df_used_mb=.. df_used_pct=.. rss_mb=.. file_mb=..
 #          empty_df_used_mb=.. empty_rss_mb=.. empty_file_mb=.. enospc_rounds=..
+#   RESULT bench=space_empty rss_kb=.. anon_kb=.. region_rss_kb=.. file_kb=..
+#   RESULT bench=space_after_wait_kb rss_kb=.. anon_kb=.. region_rss_kb=.. file_kb=..
+#
+# (the _kb lines split the node's RSS into its anonymous memory and the
+# region's resident pages: the empty volume's figures are a few MiB)
 #
 # Environment: BUILD (build), SIZE, ROUNDS, FILE_MB, WAIT, DIR.  Always
 # unmounts and removes its directory, also on failure or ^C.
@@ -38,10 +43,20 @@ size_mb() { df -B1M --output=size "$MNT" | tail -1 | tr -d ' '; }
 node_pid() { pgrep -f -- "--backing $DATA/region" | head -1; }
 rss_mb() { awk '/VmRSS/ { printf "%d", $2 / 1024 }' /proc/"$(node_pid)"/status; }
 file_mb() { echo $(( $(stat -c %b "$DATA/region") * 512 / 1048576 )); }
+# KiB, for the comparison with the empty volume (a few MiB: whole MiB hide
+# the difference): the node's RSS, its anonymous part (heap, thread arenas
+# and stacks), the region's resident pages, the backing file's blocks
+rss_kb() { awk '/VmRSS/ { print $2 }' /proc/"$(node_pid)"/status; }
+anon_kb() { awk '/^Anonymous/ { print $2 }' /proc/"$(node_pid)"/smaps_rollup; }
+region_kb() { awk -v r="$DATA/region" '/^[0-9a-f]+-/ { m = ($6 == r) } m && /^Rss/ { s += $2 }
+	END { print s + 0 }' /proc/"$(node_pid)"/smaps; }
+file_kb() { echo $(( $(stat -c %b "$DATA/region") / 2 )); }
+kb_line() { echo "rss_kb=$(rss_kb) anon_kb=$(anon_kb) region_rss_kb=$(region_kb) file_kb=$(file_kb)"; }
 
 "$BUILD/dkvfs" -o "data_dir=$DATA,memnode_size=$SIZE" "$MNT" || exit 1
-e_df=$(used_mb) e_rss=$(rss_mb) e_file=$(file_mb)
+e_df=$(used_mb) e_rss=$(rss_mb) e_file=$(file_mb) e_kb=$(kb_line)
 echo "empty volume: df ${e_df} MiB used of $(size_mb), node RSS ${e_rss} MiB, backing file ${e_file} MiB"
+echo "RESULT bench=space_empty $e_kb"
 head -c $((FILE_MB << 20)) /dev/urandom > "$DIR/src" || exit 1
 enospc=0
 for r in $(seq 1 "$ROUNDS"); do
@@ -56,5 +71,6 @@ u=$(used_mb)
 echo "RESULT bench=space_after_wait df_used_mb=$u df_used_pct=$((u * 100 / $(size_mb)))" \
      "rss_mb=$(rss_mb) file_mb=$(file_mb) empty_df_used_mb=$e_df empty_rss_mb=$e_rss" \
      "empty_file_mb=$e_file enospc_rounds=$enospc"
+echo "RESULT bench=space_after_wait_kb $(kb_line)"
 grep -E '^(delete_flushes|tombstone_compactions|slab_discards|volume_full|flushes|compactions):' \
 	"$MNT/.dkvfs/stats"
