@@ -414,13 +414,13 @@ static void nf_open_opts(struct nodefix *f, const struct mn_server_opts *o)
 {
 	cr_assert_eq(mn_server_create(o, &f->s), 0);
 	cr_assert_eq(mn_server_start(f->s), 0);
-	cr_assert_eq(mt_open(mn_server_addr(f->s), "v", true, NULL, 5000, &f->c), 0);
+	cr_assert_eq(mt_open(mn_server_addr(f->s), "v", true, NULL, 5000 * test_time_scale(), &f->c), 0);
 }
 
 static void nf_open(struct nodefix *f, uint64_t size)
 {
 	f->s = mt_server(size, NULL);
-	cr_assert_eq(mt_open(mn_server_addr(f->s), "v", true, NULL, 5000, &f->c), 0);
+	cr_assert_eq(mt_open(mn_server_addr(f->s), "v", true, NULL, 5000 * test_time_scale(), &f->c), 0);
 }
 
 static void nf_close(struct nodefix *f)
@@ -656,7 +656,7 @@ Test(node, reader_cannot_compact, .timeout = 30)
 	size_t rl = 0;
 
 	nf_open(&f, 64u << 20);
-	cr_assert_eq(mt_open(mn_server_addr(f.s), "v", false, NULL, 5000, &rd), 0);
+	cr_assert_eq(mt_open(mn_server_addr(f.s), "v", false, NULL, 5000 * test_time_scale(), &rd), 0);
 	cr_assert_eq(mn_call(rd, MN_OP_COMPACT, req, sizeof(req), NULL, 0, rep, sizeof(rep), &rl),
 		     -EROFS);
 	mn_client_close(rd);
@@ -702,7 +702,7 @@ Test(node, freeing_a_running_jobs_inputs_waits_for_it, .timeout = 60)
 	put_inputs(&f, 160000, 32, a.in, img); /* ~12 MiB: a job of a few 100 ms */
 	slab = a.in[0].off;
 	slab_end = a.in[1].off + a.in[1].len;
-	cr_assert_eq(mt_open(mn_server_addr(f.s), "w", true, NULL, 5000, &other), 0);
+	cr_assert_eq(mt_open(mn_server_addr(f.s), "w", true, NULL, 5000 * test_time_scale(), &other), 0);
 	a.c = f.c;
 	a.rep = malloc(RPC_REPLY_MAX);
 	cr_assert_eq(pthread_create(&th, NULL, compact_thread, &a), 0);
@@ -788,7 +788,7 @@ Test(node, jobs_beyond_the_pool_wait_their_turn, .timeout = 60)
 	so.max_compactions = 1;
 	nf_open_opts(&f, &so);
 	g.s = f.s;
-	cr_assert_eq(mt_open(mn_server_addr(f.s), "w", true, NULL, 5000, &g.c), 0);
+	cr_assert_eq(mt_open(mn_server_addr(f.s), "w", true, NULL, 5000 * test_time_scale(), &g.c), 0);
 	put_inputs(&f, 160000, 32, a[0].in, img[0]);
 	put_inputs(&g, 160000, 32, a[1].in, img[1]);
 	a[0].c = f.c;
