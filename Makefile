@@ -129,7 +129,7 @@ fuzz-seeds:
 	$(MAKE) FUZZING=1 CC=clang OPT=-O1 $(BUILD)-fuzz/fuzz/mkseeds
 	$(BUILD)-fuzz/fuzz/mkseeds tests/fuzz/corpus
 
-.PHONY: all deps check check-asan test mount install clean format fuzz fuzz-build fuzz-seeds
+.PHONY: all deps check check-asan check-tsan test mount install clean format fuzz fuzz-build fuzz-seeds
 all: $(PROGRAM_BINS) $(TEST_BINS)
 
 deps:
@@ -149,6 +149,21 @@ check-asan:
 	$(MAKE) SANITIZE=address,undefined all
 	@BUILD=$(SAN_OUT) scripts/run-tests.sh $$(cd $(SAN_OUT)/tests && \
 		find common net memnode fs engine -name 'test_*' -type f -perm -u+x | sort)
+
+# ThreadSanitizer build, then the tests below the mount level (~10 min; .ci/run
+# runs it after check-asan).  Any race report fails the run.  Left out, in
+# the open: engine/test_cleaner (filling a 64 MiB node record by record
+# outlasts its 120 s limit under TSan) and
+# security::local_peer_of_another_uid_gets_frames_not_the_region (its peers
+# are processes forked from a forked node: TSan reports "dup thread with
+# used id" and the peer fails).  Both run in make check and check-asan.
+TSAN_OUT := $(BUILD)-thread
+check-tsan:
+	$(MAKE) SANITIZE=thread all
+	@CRITERION_TEST_PATTERN='!(security/local_peer_of_another_uid_gets_frames_not_the_region)' \
+	BUILD=$(TSAN_OUT) scripts/run-tests.sh $$(cd $(TSAN_OUT)/tests && \
+		find common net memnode fs engine -name 'test_*' -type f -perm -u+x | \
+		grep -v '^engine/test_cleaner$$' | sort)
 
 mount: all
 	@scripts/mount.sh "$(MNT)" $(OUT)
