@@ -505,7 +505,13 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	if (fs->opts.max_dirty_chunks < 1)
 		fs->opts.max_dirty_chunks = 1;
 	pthread_rwlock_init(&fs->ns_lock, NULL);
-	pthread_rwlock_init(&fs->move_lock, NULL);
+	/* writer-preferring: a rename in steps must not wait behind a stream of
+	 * lookups (no thread takes move_lock twice, so this cannot deadlock) */
+	pthread_rwlockattr_t ra;
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&fs->move_lock, &ra);
+	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&fs->open_lock, NULL);
 	pthread_mutex_init(&fs->root_lock, NULL);
 	dkv_ratelimit_init(&fs->err_rl, 10000, 10);
