@@ -50,10 +50,8 @@ int eng_cond_init(pthread_cond_t *cv);
 enum eng_fault {
 	ENG_FAULT_MEM_INSERT,    /* one memtable insert of a write group */
 	ENG_FAULT_VERSION_APPLY, /* building the version an edit installs */
-	ENG_FAULT_MANIFEST_ACK,  /* a manifest record reached the node, its ack is lost (-EIO) */
-	ENG_FAULT_ROOT_ACK,      /* the root was switched, its ack is lost (-EIO) */
 	ENG_FAULT_KILL_INSTALL,  /* the process dies (_exit 77) as an edit is about to be logged */
-	ENG_FAULT_COMPACTION_ACK, /* MANIFEST_ACK for a compaction's edit only */
+	ENG_FAULT_COMPACTION_ACK, /* a compaction's manifest record reaches the node, its ack is lost (-EIO) */
 	ENG_FAULT_N
 };
 struct eng_db;

@@ -364,7 +364,7 @@ static int man_append(struct eng_db *db, const uint8_t *payload, size_t plen, bo
 		r = mn_write(db->mc, db->man_off + db->man_used, rec, n);
 	if (!r)
 		r = mn_sync(db->mc, db->man_off + db->man_used, n);
-	if (!r && (lose_ack || eng_fault_hit(db, ENG_FAULT_MANIFEST_ACK)))
+	if (!r && lose_ack) /* fault injection (eng_edit.test_lose_ack) */
 		r = -EIO;
 	free(rec);
 	if (!r)
@@ -415,8 +415,6 @@ static int man_rewrite(struct eng_db *db)
 		goto out_old;
 	root_encode(root, no, off, len);
 	r = mn_root_set(db->mc, root, sizeof(root));
-	if (!r && eng_fault_hit(db, ENG_FAULT_ROOT_ACK))
-		r = -EIO;
 	if (r) {
 		/* The root may name the new manifest already: its extent is held
 		 * back until a later rewrite switches the root for sure. */
