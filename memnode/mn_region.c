@@ -262,6 +262,27 @@ static void discard_pages(struct mn_region *r, uint32_t p, uint32_t n)
 	discard_range(r, (uint64_t)p * MN_PAGE_SIZE, (uint64_t)n * MN_PAGE_SIZE);
 }
 
+/* Discard freed run [p, p+n) and the free pages that share its
+ * MN_FOLIO_MAX blocks.  The page cache may hold a file in folios of up to
+ * 2 MiB (ext4 with large folios, Linux 6.16 on) that straddle a run's
+ * first or last page and a free neighbour: writing the run dirties the
+ * whole folio, and writeback gives the free page blocks of zeros that no
+ * free of that page would return (a 1 MiB leak after every few slabs).
+ * The neighbours are free under the same lock as mn_alloc, so no live
+ * data is discarded. */
+static void discard_freed_run(struct mn_region *r, uint32_t p, uint32_t n)
+{
+	const uint32_t per = MN_FOLIO_MAX / MN_PAGE_SIZE;
+	uint32_t lo = p, hi = p + n;
+	uint32_t lo_min = p - p % per, hi_max = hi % per ? hi + per - hi % per : hi;
+
+	while (lo > lo_min && lo > 1 && !r->owner[lo - 1])
+		lo--;
+	while (hi < hi_max && hi < r->npages && !r->owner[hi])
+		hi++;
+	discard_pages(r, lo, hi - lo);
+}
+
 /* Every free run of the map: after a restart the file may still hold
  * pages freed before (or freed by a node that could not discard). */
 static void discard_free_runs(struct mn_region *r)
@@ -508,7 +529,7 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 		vo->used_node -= bytes;
 	}
 	r->used_pages -= n;
-	discard_pages(r, p, n);
+	discard_freed_run(r, p, n);
 	for (uint32_t i = p; i < p + n; i++) {
 		r->owner[i] = 0;
 		r->kind[i] = 0;

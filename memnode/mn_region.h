@@ -93,6 +93,8 @@ int mn_alloc(struct mn_region *r, int v, enum mn_kind kind, uint64_t len, uint64
  * freed in them before reusing it).  0, -EINVAL (range), -EPERM (not v's
  * slab space), or -errno of madvise/fallocate. */
 #define MN_OS_PAGE 4096u
+/* Largest page-cache folio a free also clears around its run (PMD size). */
+#define MN_FOLIO_MAX (2u << 20)
 int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len);
 /* 0 if [off, off+len) lies in slabs of volume slot v; -EINVAL (out of the
  * region, empty, no such volume) or -EPERM.  Caller holds the server lock. */

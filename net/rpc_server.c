@@ -16,6 +16,8 @@
 struct rpc_call {
 	struct rpc_sconn *sc;
 	uint32_t idx;
+	bool replying;	/* holds reply buffer ridx until the reply's completion */
+	uint32_t ridx;
 	struct rpc_req_hdr h;
 	const uint8_t *body;
 	void *arg;
@@ -39,6 +41,13 @@ struct rpc_sconn {
 	atomic_size_t arg_bytes; /* pulled arguments held by its calls */
 	struct rpc_sconn *next;	 /* server's list, under srv->lock */
 	struct rpc_call calls[RPC_SERVER_RECVS];
+	/* Reply buffers are taken last-freed first, apart from the RECV slots
+	 * (which the transport consumes in posting order): only as many pages
+	 * are ever touched as replies were in flight at once, so an idle node
+	 * does not keep a page per slot resident. */
+	pthread_mutex_t rlock;
+	uint32_t nrfree;
+	uint16_t rfree[RPC_SERVER_RECVS];
 };
 
 struct rpc_listener {
@@ -97,7 +106,25 @@ static int srv_post_recv(struct rpc_sconn *sc, uint32_t i)
 			     sc->mr->lkey);
 }
 
-/* The call's slot is free again: drop its argument, repost its RECV. */
+static uint32_t reply_buf_take(struct rpc_sconn *sc)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&sc->rlock);
+	i = sc->rfree[--sc->nrfree]; /* never empty: one per call slot */
+	pthread_mutex_unlock(&sc->rlock);
+	return i;
+}
+
+static void reply_buf_put(struct rpc_sconn *sc, uint32_t i)
+{
+	pthread_mutex_lock(&sc->rlock);
+	sc->rfree[sc->nrfree++] = (uint16_t)i;
+	pthread_mutex_unlock(&sc->rlock);
+}
+
+/* The call's slot is free again: drop its argument and reply buffer,
+ * repost its RECV. */
 static void call_release(struct rpc_call *c)
 {
 	struct rpc_sconn *sc = c->sc;
@@ -111,6 +138,9 @@ static void call_release(struct rpc_call *c)
 	}
 	c->arg = NULL;
 	c->arg_mr = NULL;
+	if (c->replying)
+		reply_buf_put(sc, c->ridx);
+	c->replying = false;
 	if (!atomic_load(&sc->closing) && srv_post_recv(sc, c->idx))
 		atomic_store(&sc->closing, true);
 	atomic_fetch_sub(&sc->outstanding, 1);
@@ -138,7 +168,7 @@ static void call_enqueue(struct rpc_call *c)
 void rpc_reply(struct rpc_call *c, int status, const void *body, size_t len)
 {
 	struct rpc_sconn *sc = c->sc;
-	uint8_t *buf = srv_reply_buf(sc, c->idx);
+	uint8_t *buf;
 	size_t n;
 	int rc;
 
@@ -146,6 +176,9 @@ void rpc_reply(struct rpc_call *c, int status, const void *body, size_t len)
 		status = -EMSGSIZE;
 		len = 0;
 	}
+	c->ridx = reply_buf_take(sc);
+	c->replying = true;
+	buf = srv_reply_buf(sc, c->ridx);
 	n = rpc_reply_encode(buf, c->h.op, status, c->h.req_id, body, (uint32_t)len);
 	rc = net_post_write_imm(sc->conn, wr_pack(WR_REPLY, c->idx, 0), buf, n, sc->mr->lkey,
 				c->h.reply_addr, c->h.reply_rkey, c->h.imm);
@@ -260,6 +293,7 @@ static void sconn_free(struct rpc_sconn *sc)
 	net_dereg_mr(sc->mr);
 	if (sc->mem)
 		munmap(sc->mem, sc->mem_len);
+	pthread_mutex_destroy(&sc->rlock);
 	free(sc);
 }
 
@@ -374,6 +408,9 @@ static void srv_accept_one(struct rpc_listener *L, struct net_conn_req *req)
 		goto out_reject;
 	sc->srv = s;
 	sc->dom = L->dom;
+	pthread_mutex_init(&sc->rlock, NULL);
+	for (uint32_t i = 0; i < RPC_SERVER_RECVS; i++)
+		sc->rfree[sc->nrfree++] = (uint16_t)(RPC_SERVER_RECVS - 1 - i);
 	sc->user = user;
 	snprintf(sc->peer, sizeof(sc->peer), "%s", peer ? peer : "?");
 	sc->mem_len = (size_t)RPC_SERVER_RECVS * (RPC_REQ_MAX + RPC_REPLY_BUF);
