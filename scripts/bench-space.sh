@@ -12,8 +12,8 @@
 #   RESULT bench=space_round round=N write_ok=1 df_used_mb=.. rss_mb=.. file_mb=..
 #   RESULT bench=space_after_wait df_used_mb=.. df_used_pct=.. rss_mb=.. file_mb=..
 #          empty_df_used_mb=.. empty_rss_mb=.. empty_file_mb=.. enospc_rounds=..
-#   RESULT bench=space_empty rss_kb=.. anon_kb=.. region_rss_kb=.. file_kb=..
-#   RESULT bench=space_after_wait_kb rss_kb=.. anon_kb=.. region_rss_kb=.. file_kb=..
+#   RESULT bench=space_empty rss_kb=.. anon_kb=.. region_rss_kb=.. code_kb=.. file_kb=..
+#   RESULT bench=space_after_wait_kb rss_kb=.. anon_kb=.. region_rss_kb=.. code_kb=.. file_kb=..
 #
 # (the _kb lines split the node's RSS into its anonymous memory and the
 # region's resident pages: the empty volume's figures are a few MiB)
@@ -51,7 +51,14 @@ anon_kb() { awk '/^Anonymous/ { print $2 }' /proc/"$(node_pid)"/smaps_rollup; }
 region_kb() { awk -v r="$DATA/region" '/^[0-9a-f]+-/ { m = ($6 == r) } m && /^Rss/ { s += $2 }
 	END { print s + 0 }' /proc/"$(node_pid)"/smaps; }
 file_kb() { echo $(( $(stat -c %b "$DATA/region") / 2 )); }
-kb_line() { echo "rss_kb=$(rss_kb) anon_kb=$(anon_kb) region_rss_kb=$(region_kb) file_kb=$(file_kb)"; }
+# code_kb: the rest of the RSS, the program's and libraries' pages (it grows
+# as code paths run for the first time, not with data)
+kb_line() {
+	local rss anon region
+	rss=$(rss_kb) anon=$(anon_kb) region=$(region_kb)
+	echo "rss_kb=$rss anon_kb=$anon region_rss_kb=$region code_kb=$((rss - anon - region))" \
+	     "file_kb=$(file_kb)"
+}
 
 "$BUILD/dkvfs" -o "data_dir=$DATA,memnode_size=$SIZE" "$MNT" || exit 1
 e_df=$(used_mb) e_rss=$(rss_mb) e_file=$(file_mb) e_kb=$(kb_line)

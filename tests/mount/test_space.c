@@ -44,6 +44,11 @@ static uint64_t now_s(void)
 }
 
 #define MiB (1ull << 20)
+/* What the backing file may hold beyond the empty volume's once the files
+ * are gone: the new tables and manifest records of the deletes (4 KiB in
+ * the runs so far).  Less than one of the node's 1 MiB pages, so a single
+ * freed page whose blocks stay allocated fails it. */
+#define FILE_SLACK (768ull << 10)
 
 Test(space, rm_gives_space_back_while_mounted)
 {
@@ -65,13 +70,13 @@ Test(space, rm_gives_space_back_while_mounted)
 		sleep(1);
 		used = df_used();
 		blocks = region_blocks();
-	} while ((used > used0 + 80 * MiB || blocks > blocks0 + 80 * MiB) && now_s() < deadline);
+	} while ((used > used0 + 80 * MiB || blocks > blocks0 + FILE_SLACK) && now_s() < deadline);
 	cr_assert_leq(used, used0 + 80 * MiB,
 		      "df: %llu MiB used after rm, %llu MiB on the empty volume",
 		      (unsigned long long)(used / MiB), (unsigned long long)(used0 / MiB));
-	cr_assert_leq(blocks, blocks0 + 80 * MiB,
-		      "backing file holds %llu MiB after rm, %llu MiB empty",
-		      (unsigned long long)(blocks / MiB), (unsigned long long)(blocks0 / MiB));
+	cr_assert_leq(blocks, blocks0 + FILE_SLACK,
+		      "backing file holds %llu KiB after rm, %llu KiB empty",
+		      (unsigned long long)(blocks >> 10), (unsigned long long)(blocks0 >> 10));
 	down();
 }
 
