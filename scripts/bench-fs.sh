@@ -22,6 +22,22 @@
 #   fs_ls_10_in_1m  ls of a 10-entry directory beside the bulk tree      ms
 #   fs_ls_root_1m   ls of the root whose sibling holds the bulk tree     ms
 #
+# and, unless WORKLOADS=0, real programs (sources made first, not timed):
+#
+#   fs_git_clone    git clone --no-hardlinks of a generated repository    ms
+#                   (NREPO (4000) files in 40 dirs, 3 commits)
+#   fs_tar_x        tar x of the NSMALL-file tree                        ms
+#   fs_grep_r       grep -r for a string that is not there, over it      ms
+#   fs_rsync_1      rsync -a of the NSMALL-file tree into the fs          ms
+#   fs_rsync_2      the same rsync again (nothing to copy: all stat)     ms
+#   fs_sqlite       sqlite3: NSQL (200000) rows in 200 transactions      ms
+#   fs_create_100k  NCREATE (100000) empty files in one dir (touch)      files_per_sec
+#   fs_ls_l_100k    ls -l of that directory                              ms
+#   fs_rm_100k      rm -rf of it                                         ms
+#
+# CHART=FILE.svg (default /tmp/dkvfs-bench-fs.svg) gets every step as one
+# chart (scripts/bench-chart.sh, gnuplot): time relative to passthrough.
+#
 # For rates (files_per_sec, mb_per_sec) a ratio above 1 means dkvfs is
 # faster; for times (ms) below 1.  Before each read-side step the kernel's
 # page, dentry and inode caches are dropped (as root) so the file systems are
@@ -30,7 +46,8 @@
 # and tar run once).  The big file is compared with cmp after the timed read
 # (not timed).  Set PASSTHROUGH=0 to leave the passthrough column out (NA).
 #
-# Environment: BUILD (build), NSMALL, NWIDE, NBULK, BIG_MB, BULK_JOBS (4
+# Environment: BUILD (build), NSMALL, NWIDE, NBULK, BIG_MB, NREPO, NSQL,
+# NCREATE, WORKLOADS (1), CHART, BULK_JOBS (4
 # parallel cp for the bulk create), DKVFS_OPTS (extra -o options for the
 # mount, default memnode_size=8G), STEP_LIMIT (seconds per step, default
 # 900), PASSTHROUGH (1).  Always unmounts and removes its directories, also
@@ -46,6 +63,12 @@ STEP_LIMIT=${STEP_LIMIT:-900}
 REPEAT=${REPEAT:-3}
 DKVFS_OPTS=${DKVFS_OPTS-memnode_size=8G}
 PASSTHROUGH=${PASSTHROUGH:-1}
+WORKLOADS=${WORKLOADS:-1}
+NREPO=${NREPO:-4000}
+NSQL=${NSQL:-200000}
+NCREATE=${NCREATE:-100000}
+CHART=${CHART:-/tmp/dkvfs-bench-fs.svg}
+HERE=$(dirname "$(readlink -f "$0")")
 
 DKVFS=$BUILD/dkvfs
 [ -x "$DKVFS" ] || { echo "bench-fs: $DKVFS not built (make BUILD=$BUILD $DKVFS)" >&2; exit 1; }
@@ -106,7 +129,7 @@ result() {
 	function ratio(a, b) { return (a != "NA" && b != "NA" && b + 0 > 0) ? sprintf("%.3f", a / b) : "NA" }
 	BEGIN {
 		printf "RESULT bench=%s dkvfs=%s passthrough=%s tmpfs=%s vs_passthrough=%s vs_tmpfs=%s unit=%s\n",
-			n, d, p, t, ratio(d, p), ratio(d, t), u }'
+			n, d, p, t, ratio(d, p), ratio(d, t), u }' | tee -a "$BASE/results"
 	echo "# $1 done at $(date +%T)" >&2
 }
 warn() { echo "bench-fs: WARNING: $*" >&2; touch "$BASE/failed"; }
@@ -155,11 +178,14 @@ done
 mountpoint -q "$MNT" || { cat "$BASE/dkvfs.log" >&2; die "dkvfs did not mount (opts $opts)"; }
 echo "# dkvfs mounted on $MNT (pid $DPID, -o $opts); tmpfs side $TMP" >&2
 # passthrough: libfuse's example, built here, mounted over a tmpfs directory
-# (its default options: caches as libfuse sets them, one thread per request)
+# (its default options: caches as libfuse sets them, one thread per request),
+# with the HAVE_ features libfuse's own build turns on for Linux (without
+# HAVE_UTIMENSAT, touch, tar x and rsync -a fail to set times on it)
 SIDES=("$MNT" "$PT" "$TMP")
 EX=/usr/share/doc/libfuse3-dev/examples
 if [ "$PASSTHROUGH" = 1 ] && [ -f "$EX/passthrough.c" ] &&
-	cc -O2 -Wall -D_GNU_SOURCE -I"$EX" "$EX/passthrough.c" -o "$BASE/passthrough" \
+	cc -O2 -Wall -I"$EX" -DHAVE_UTIMENSAT -DHAVE_POSIX_FALLOCATE -DHAVE_SETXATTR \
+		-DHAVE_COPY_FILE_RANGE "$EX/passthrough.c" -o "$BASE/passthrough" \
 		$(pkg-config fuse3 --cflags --libs) 2>"$BASE/pt-build.log" &&
 	(cd "$BASE/ptback" && "$BASE/passthrough" "$PT") && mountpoint -q "$PT"; then
 	echo "# passthrough of $BASE/ptback mounted on $PT" >&2
@@ -278,4 +304,61 @@ for side in "${SIDES[@]}"; do
 	r+=("$(cold_ms ls "$side")")
 done
 result fs_ls_root_1m ms "${r[@]}"; r=()
+
+# ---- real programs ----
+# Each step is a shell line run once per side (as sh -c LINE _ SIDE, so $1
+# is the side), after dropping caches; the results are checked afterwards.
+step() { # step NAME UNIT LINE
+	local side
+	for side in "${SIDES[@]}"; do
+		[ "$side" = NA ] && { r+=(NA); continue; }
+		drop_caches
+		if [ "$2" = ms ]; then
+			r+=("$(timed ms 0 sh -c "$3" _ "$side")")
+		else
+			r+=("$(timed rate "$NCREATE" sh -c "$3" _ "$side")")
+		fi
+	done
+	result "$1" "$2" "${r[@]}"; r=()
+}
+if [ "$WORKLOADS" = 1 ]; then
+	"$HERE/deps.sh" sqlite3 || warn "could not install sqlite3"
+	export SRC NCREATE
+	# a repository: NREPO small C files in 40 dirs, three commits
+	mkdir -p "$SRC/repo" && (
+		cd "$SRC/repo" && git init -q && git config user.email bench@dkvfs &&
+		git config user.name bench && mkdir $(seq -f 'd%02g' 0 39) &&
+		for c in 1 2 3; do
+			awk -v n="$NREPO" -v c="$c" 'BEGIN { for (i = 0; i < n; i++) {
+				f = sprintf("d%02d/f%05d.c", i % 40, i)
+				printf "/* %s, commit %d */\nint f%d(void) { return %d; }\n", f, c, i, i * c > f
+				close(f) } }' && git add -A && git commit -qm "commit $c" || exit 1
+		done) || warn "could not make the git repository"
+	tar cf "$SRC/small.tar" -C "$SRC" small
+	awk -v n="$NSQL" 'BEGIN { print "create table t (k integer primary key, v text);"
+		per = int(n / 200); for (x = 0; x < 200; x++) { print "begin;"
+			for (i = 0; i < per; i++) printf "insert into t values (%d, %c%064d%c);\n", x * per + i, 39, i, 39
+			print "commit;" } }' >"$SRC/sql"
+	step fs_git_clone ms 'git clone -q --no-hardlinks "$SRC/repo" "$1/repo"'
+	step fs_tar_x ms 'mkdir "$1/tx" && tar xf "$SRC/small.tar" -C "$1/tx"'
+	step fs_grep_r ms 'grep -r -l -F dkvfs-needle-not-there "$1/tx"; [ $? -eq 1 ]'
+	step fs_rsync_1 ms 'rsync -a "$SRC/small/" "$1/rs/"'
+	step fs_rsync_2 ms 'rsync -a "$SRC/small/" "$1/rs/"'
+	step fs_sqlite ms 'sqlite3 "$1/db" <"$SRC/sql"'
+	step fs_create_100k files_per_sec 'mkdir "$1/c" && cd "$1/c" && seq -f c%06g 1 "$NCREATE" | xargs touch'
+	step fs_ls_l_100k ms 'n=$(ls -l "$1/c" | wc -l) && [ "$n" -eq $((NCREATE + 1)) ]'
+	step fs_rm_100k ms 'rm -rf "$1/c"'
+	for side in "${SIDES[@]}"; do
+		[ "$side" = NA ] && continue
+		[ "$(sqlite3 "$side/db" 'select count(*) from t')" = $((NSQL / 200 * 200)) ] ||
+			warn "sqlite on $side: rows missing"
+		tmo diff -r "$SRC/small" "$side/tx/small" >/dev/null || warn "tar x on $side differs"
+		tmo diff -r "$SRC/small" "$side/rs" >/dev/null || warn "rsync on $side differs"
+		[ "$(git -C "$side/repo" rev-list --count HEAD 2>/dev/null)" = 3 ] &&
+			tmo diff -r -x .git "$SRC/repo" "$side/repo" >/dev/null ||
+			warn "git clone on $side differs"
+		rm -rf "$side/repo" "$side/tx" "$side/rs" "$side/db"
+	done
+fi
+"$HERE/bench-chart.sh" "$BASE/results" "$CHART" && echo "# chart: $CHART" >&2
 echo "# done; unmounting" >&2

@@ -31,8 +31,11 @@ expect engine 14 "$here/bench-engine.sh" --num=3000 --threads=2 --stats_interval
 expect engine-compute 2 "$BUILD/dkvfs-bench" --engine=dkv --compaction=compute --num=3000 \
 	--benchmarks=fillrandom,readrandom --memtable_size=64K
 if [ "${SKIP_FS:-0}" != 1 ]; then
-	NSMALL=200 NWIDE=100 NBULK=1000 BIG_MB=8 BULK_JOBS=2 STEP_LIMIT=120 \
-		expect fs 11 "$here/bench-fs.sh"
+	NSMALL=200 NWIDE=100 NBULK=1000 BIG_MB=8 BULK_JOBS=2 STEP_LIMIT=120 NREPO=80 \
+		NSQL=2000 NCREATE=500 CHART=/tmp/dkvfs-bench-smoke-$$.svg \
+		expect fs 20 "$here/bench-fs.sh"
+	[ -s /tmp/dkvfs-bench-smoke-$$.svg ] || fails+=("fs chart (no /tmp/dkvfs-bench-smoke-$$.svg)")
+	rm -f /tmp/dkvfs-bench-smoke-$$.svg
 fi
 
 if [ ${#fails[@]} -eq 0 ]; then

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install the Debian packages dkvfs needs, only those that are missing.
 # Idempotent and quiet when everything is there; needs root (or sudo) otherwise.
+# Extra package names as arguments are installed too (the benchmarks' tools:
+# scripts/bench-fs.sh asks for sqlite3, scripts/bench-chart.sh for gnuplot-nox).
 set -euo pipefail
 
 PKGS=(build-essential pkg-config libfuse3-dev fuse3 libibverbs-dev librdmacm-dev
-      libcriterion-dev librocksdb-dev rsync git curl clang libclang-rt-14-dev)
+      libcriterion-dev librocksdb-dev rsync git curl clang libclang-rt-14-dev "$@")
 
 missing=()
 for p in "${PKGS[@]}"; do
