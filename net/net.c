@@ -469,6 +469,12 @@ int net_conn_fd(const struct net_conn *c)
 	return c->ops->conn_fd(c);
 }
 
+void net_conn_reaping(struct net_conn *c, bool on)
+{
+	if (c->ops->conn_reaping)
+		c->ops->conn_reaping(c, on);
+}
+
 int net_set_fault(struct net_conn *c, const struct net_fault *f)
 {
 	if (!c || !f || f->drop_after < 0 || f->fail_nth < 0)

@@ -234,6 +234,15 @@ int net_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
 /* fd that becomes readable when completions are queued (level-triggered
  * until net_poll drains them); for epoll-based waits. */
 int net_conn_fd(const struct net_conn *c);
+/* on: the caller is about to net_poll c itself, again and again (a waiter
+ * spinning for its completion), until it calls this with off.  Meanwhile a
+ * completion need not make net_conn_fd readable: a thread blocked on the fd
+ * is not woken for what a spinning caller reaps anyway (on a 2-vCPU machine
+ * that wakeup cost more than the work).  When the last such caller stops,
+ * the fd is made readable if anything is left to reap, so nothing waits
+ * longer than without it.  Calls nest and come from any thread; a backend
+ * may ignore them (rdma does). */
+void net_conn_reaping(struct net_conn *c, bool on);
 
 /* ---- fault injection (tcp and local backends; others return -ENOTSUP) ---- */
 struct net_fault {

@@ -74,6 +74,7 @@ struct net_ops {
 	int (*post)(struct net_conn *c, const struct net_wr *wr);
 	int (*poll)(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
 	int (*conn_fd)(const struct net_conn *c);
+	void (*conn_reaping)(struct net_conn *c, bool on); /* optional */
 	int (*set_fault)(struct net_conn *c, const struct net_fault *f);
 	void (*conn_stats)(const struct net_conn *c, struct net_stats *st);
 };

@@ -196,6 +196,18 @@ int ns_conn_fd(const struct net_conn *cc)
 	return ((const struct ns_conn *)cc)->efd;
 }
 
+void ns_conn_reaping(struct net_conn *cc, bool on)
+{
+	struct ns_conn *c = (struct ns_conn *)cc;
+
+	pthread_mutex_lock(&c->mu);
+	if (on)
+		c->reapers++;
+	else if (!--c->reapers && ns_cq_ready(c))
+		ns_efd_arm(c); /* what came while nobody was woken for it */
+	pthread_mutex_unlock(&c->mu);
+}
+
 /* ------------------------------------------------------------------ */
 /* listening and connecting                                           */
 

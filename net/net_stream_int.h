@@ -223,6 +223,7 @@ struct ns_conn {
 	size_t ux_bytes;
 	struct ns_ktab grants;
 	unsigned waiters;
+	unsigned reapers; /* net_conn_reaping callers: no efd wakeups meanwhile */
 	bool efd_armed;
 	long posts;	 /* fault injection counters */
 	long drop_after; /* absolute post count, 0: never */
@@ -335,6 +336,7 @@ void ns_tune_socket(int fd, bool local);
 
 /* ---- net_stream_tx.c ---- */
 bool ns_cq_ready(const struct ns_conn *c);
+void ns_efd_arm(struct ns_conn *c); /* mu held */
 void ns_slot_complete(struct ns_conn *c, struct ns_slot *s, int status);
 void ns_recv_complete(struct ns_conn *c, uint64_t wr_id, int status, enum net_wc_op op,
 		      uint32_t byte_len, uint32_t imm);

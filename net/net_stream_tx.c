@@ -24,19 +24,29 @@ bool ns_cq_ready(const struct ns_conn *c)
 	       (c->sq_head != c->sq_tail && c->sq[c->sq_head % c->sq_cap].done);
 }
 
-/* Something may have become reapable: arm the fd and wake pollers.  mu held. */
+/* Make the completion fd readable, unless it already is.  mu held. */
+void ns_efd_arm(struct ns_conn *c)
+{
+	uint64_t one = 1;
+
+	if (c->efd_armed)
+		return;
+	c->efd_armed = true;
+	if (write(c->efd, &one, sizeof(one)) < 0) {
+		/* cannot overflow: only written when disarmed */
+	}
+}
+
+/* Something may have become reapable: arm the fd (unless a reaper is
+ * polling: it takes it, or arms the fd when it stops) and wake pollers.
+ * mu held. */
 static void cq_kick(struct ns_conn *c)
 {
 	atomic_fetch_add(&c->gen, 1);
 	if (!ns_cq_ready(c))
 		return;
-	if (!c->efd_armed) {
-		uint64_t one = 1;
-		c->efd_armed = true;
-		if (write(c->efd, &one, sizeof(one)) < 0) {
-			/* cannot overflow: only written when disarmed */
-		}
-	}
+	if (!c->reapers)
+		ns_efd_arm(c);
 	if (c->waiters)
 		pthread_cond_broadcast(&c->cond);
 }

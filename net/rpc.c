@@ -268,20 +268,33 @@ static void ent_finish(struct rpc_chan *ch, struct rpc_ent *e, int status)
  * leaves it DONE (caller puts it), or -ETIMEDOUT having orphaned it. */
 static int chan_reap(struct rpc_chan *ch, bool try);
 
-static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout_ms)
+/* reaping: the caller turned net_conn_reaping on before it posted (so the
+ * completion of its post woke nobody); ent_wait turns it off before it
+ * blocks. */
+static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout_ms,
+		    bool reaping)
 {
 	struct rpc_ent *e = &ch->ent[idx];
 	uint64_t spin_end = rpc_now_ns() + RPC_SPIN_NS;
+	bool busy = atomic_load_explicit(&e->state, memory_order_acquire) == ENT_BUSY;
 	struct timespec dl;
 	int rc;
 
 	/* Spinning is cheaper than a cross-CPU wakeup for short round trips;
 	 * while spinning, reap completions ourselves rather than wait for the
-	 * progress thread to wake up and hand them over. */
-	while (atomic_load_explicit(&e->state, memory_order_acquire) == ENT_BUSY &&
-	       rpc_now_ns() < spin_end)
+	 * progress thread to wake up and hand them over (and tell the
+	 * transport not to wake it for them meanwhile). */
+	if (busy && !reaping) {
+		net_conn_reaping(ch->conn, true);
+		reaping = true;
+	}
+	while (busy && rpc_now_ns() < spin_end) {
 		if (chan_reap(ch, true) <= 0)
 			sched_yield();
+		busy = atomic_load_explicit(&e->state, memory_order_acquire) == ENT_BUSY;
+	}
+	if (reaping)
+		net_conn_reaping(ch->conn, false);
 
 	abs_deadline(&dl, timeout_ms > 0 ? timeout_ms : ch->timeout_ms);
 	pthread_mutex_lock(&ch->lock);
@@ -591,15 +604,17 @@ int rpc_call_timeout(struct rpc_chan *ch, uint16_t op, const void *req, size_t r
 	rpc_req_encode(slot_req(ch, idx), &h, req);
 	pthread_mutex_unlock(&ch->lock);
 
+	net_conn_reaping(ch->conn, true); /* ent_wait turns it off */
 	rc = net_post_send(ch->conn, wr_pack(WR_ENT, idx, gen), slot_req(ch, idx),
 			   RPC_REQ_HDR + req_len, ch->mr->lkey);
 	if (rc) {
+		net_conn_reaping(ch->conn, false);
 		pthread_mutex_lock(&ch->lock);
 		ent_put(ch, e);
 		pthread_mutex_unlock(&ch->lock);
 		return rc == -ENOTCONN ? -EIO : rc;
 	}
-	rc = ent_wait(ch, idx, gen, timeout_ms);
+	rc = ent_wait(ch, idx, gen, timeout_ms, true);
 	if (rc == -ETIMEDOUT)
 		return rc;
 	pthread_mutex_lock(&ch->lock);
@@ -633,10 +648,16 @@ static int chan_post(struct rpc_chan *ch, bool write, void *local, size_t len, u
 	gen = ch->ent[idx].gen;
 	pthread_mutex_unlock(&ch->lock);
 	w = wr_pack(WR_ENT, idx, gen);
+	/* Over a local mapping the op is done inside the post: reap its
+	 * completion here, so nobody is woken to hand it over. */
+	net_conn_reaping(ch->conn, true);
 	if (write)
 		rc = net_post_write(ch->conn, w, local, len, lkey, raddr, rkey);
 	else
 		rc = net_post_read(ch->conn, w, local, len, lkey, raddr, rkey);
+	if (!rc)
+		chan_reap(ch, true);
+	net_conn_reaping(ch->conn, false);
 	if (rc) {
 		pthread_mutex_lock(&ch->lock);
 		ent_put(ch, &ch->ent[idx]);
@@ -666,7 +687,7 @@ int rpc_wait(struct rpc_chan *ch, uint64_t handle, int timeout_ms)
 
 	if (idx < RPC_SLOTS || idx >= RPC_ENTS)
 		return -EINVAL;
-	rc = ent_wait(ch, idx, gen, timeout_ms);
+	rc = ent_wait(ch, idx, gen, timeout_ms, false);
 	if (rc == -ETIMEDOUT || rc == -EINVAL)
 		return rc;
 	pthread_mutex_lock(&ch->lock);
