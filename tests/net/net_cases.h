@@ -971,6 +971,8 @@ static void case_latency(enum net_kind k)
 	free(buf);
 }
 
+#include "net_case_reaping.h"
+
 #define NET_CASE(name, ...)                                                                        \
 	Test(NET_CASES_SUITE, name, .timeout = 50)                                                 \
 	{                                                                                          \
@@ -1002,3 +1004,4 @@ NET_CASE(refused)
 NET_CASE(connect_timeout)
 NET_CASE(bad_posts)
 NET_CASE(latency)
+NET_CASE(reaping_defers_the_fd)

@@ -1,0 +1,65 @@
+/* tests/net/net_case_reaping.h — net_conn_reaping's contract, one of the
+ * shared transport cases (included by net_cases.h, which has the helpers).
+ *
+ * While a caller reaps (on), a completion does not make net_conn_fd
+ * readable: nobody blocked on the fd is woken for what the caller takes
+ * itself.  When the last caller stops (off) and a completion is still
+ * queued, the fd becomes readable, so a thread blocked on it is never
+ * left waiting (a lost wakeup would stall every RPC waiter that stopped
+ * spinning until rpc-chan's 50 ms poll tick).  Nested calls count. */
+static bool t_fd_ready(struct net_conn *c)
+{
+	struct pollfd p = {.fd = net_conn_fd(c), .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1;
+}
+
+static void case_reaping_defers_the_fd(enum net_kind k)
+{
+	struct t_pair p;
+	struct t_mem sm, cm;
+
+	t_pair_open(&p, k, NULL);
+	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE);
+	t_mem_init(&cm, p.cd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
+	cr_assert(net_conn_fd(p.c) >= 0);
+
+	/* Not reaping: a completion makes the fd readable (the baseline). */
+	cr_assert_eq(net_post_write(p.c, 1, cm.p, 4096, cm.mr->lkey,
+				    (uint64_t)(uintptr_t)sm.p, sm.mr->rkey), 0);
+	for (int i = 0; i < 200 && !t_fd_ready(p.c); i++)
+		usleep(5000);
+	cr_assert(t_fd_ready(p.c), "a completion did not make the fd readable");
+	cr_assert_eq(t_wait1(p.c, 5000).wr_id, 1);
+	cr_assert(!t_fd_ready(p.c), "fd readable with nothing to reap");
+
+	/* Reaping, nested twice: the completion arrives (its write lands, and
+	 * the ack over tcp has all the time it needs) but the fd stays quiet. */
+	net_conn_reaping(p.c, true);
+	net_conn_reaping(p.c, true);
+	memset(cm.p, 0x5a, 4096);
+	cr_assert_eq(net_post_write(p.c, 2, cm.p, 4096, cm.mr->lkey,
+				    (uint64_t)(uintptr_t)sm.p, sm.mr->rkey), 0);
+	for (int i = 0; i < 200 && sm.p[4095] != 0x5a; i++)
+		usleep(5000);
+	cr_assert_eq(sm.p[4095], 0x5a, "the write never landed");
+	usleep(200 * 1000);
+	cr_assert(!t_fd_ready(p.c), "the fd woke its waiter while a reaper polls");
+	net_conn_reaping(p.c, false);
+	cr_assert(!t_fd_ready(p.c), "the fd woke its waiter while a reaper polls");
+
+	/* The last reaper stops with the completion still queued: fd ready. */
+	net_conn_reaping(p.c, false);
+	cr_assert(t_fd_ready(p.c), "a queued completion after the last reaper left no wakeup");
+	cr_assert_eq(t_wait1(p.c, 5000).wr_id, 2);
+	cr_assert(!t_fd_ready(p.c));
+
+	/* A reaper that takes the completion itself leaves the fd quiet. */
+	net_conn_reaping(p.c, true);
+	cr_assert_eq(net_post_write(p.c, 3, cm.p, 64, cm.mr->lkey,
+				    (uint64_t)(uintptr_t)sm.p, sm.mr->rkey), 0);
+	cr_assert_eq(t_wait1(p.c, 5000).wr_id, 3);
+	net_conn_reaping(p.c, false);
+	cr_assert(!t_fd_ready(p.c), "fd readable after the reaper took everything");
+	t_pair_end(&p, &sm, &cm);
+}
