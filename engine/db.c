@@ -23,8 +23,9 @@
  * waits on db->done_cv (counted in stalls/stall_us); memory stays bounded by
  * (max_immutables + 1) memtables.  If the flush thread is failing (e.g. the
  * node is full), the stalled write fails with that error instead of waiting
- * forever; the flush thread keeps retrying, so writes succeed again once
- * space is freed.
+ * forever (a group that deletes first waits up to ENG_DELETE_STALL_US for
+ * an ENOSPC to pass); the flush thread keeps retrying, so writes succeed
+ * again once space is freed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -169,7 +170,14 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
  * node came back since).  Ask for an immediate retry and report the error
  * only once an attempt that started after this call failed too.  Returns 0
  * (keep waiting) or the error.  Caller holds mu; *target starts at 0. */
-static int flush_error(struct eng_db *db, uint64_t *target)
+/* A stalled group that deletes waits this long for a flush that failed
+ * with ENOSPC to succeed before it fails too: on a full node, the space a
+ * flush needs may be held for a moment by a compaction's outputs on the
+ * node (freed when it fails or installs), and a delete must not fail for
+ * that (it failed in CI after two quick retries). */
+#define ENG_DELETE_STALL_US (3ull * 1000000u)
+
+static int flush_error(struct eng_db *db, uint64_t *target, bool deletes, uint64_t since_us)
 {
 	if (!db->bg_error)
 		return 0;
@@ -178,12 +186,17 @@ static int flush_error(struct eng_db *db, uint64_t *target)
 		pthread_cond_signal(&db->flush_cv);
 		return 0;
 	}
-	return db->flush_attempts >= *target ? db->bg_error : 0;
+	if (db->flush_attempts < *target)
+		return 0;
+	if (deletes && db->bg_error == -ENOSPC && eng_now_us() - since_us < ENG_DELETE_STALL_US)
+		return 0; /* the flush thread retries every 100 ms */
+	return db->bg_error;
 }
 
 /* Make room for need more bytes in db->mem: switch memtables, stall.  Called
- * by the leader only (so db->mem changes only here), without locks. */
-static int make_room(struct eng_db *db, size_t need, bool force)
+ * by the leader only (so db->mem changes only here), without locks.
+ * deletes: the group deletes something (it waits longer on a full node). */
+static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 {
 	uint64_t stall_start = 0, retry = 0;
 	int r = 0;
@@ -205,13 +218,13 @@ static int make_room(struct eng_db *db, size_t need, bool force)
 		if (db->nimm >= (size_t)db->o.max_immutables) {
 			struct timespec ts;
 
-			r = flush_error(db, &retry);
-			if (r)
-				break;
 			if (!stall_start) {
 				stall_start = eng_now_us();
 				atomic_fetch_add(&db->st_stalls, 1);
 			}
+			r = flush_error(db, &retry, deletes, stall_start);
+			if (r)
+				break;
 			eng_deadline_in(&ts, 100);
 			pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 			continue;
@@ -303,7 +316,7 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 			break;
 	}
 	eng_compaction_pace(db); /* L0 slowdown/stop: never fails */
-	r = make_room(db, g->len * 2, false);
+	r = make_room(db, g->len * 2, false, g->puts < eng_batch_count(g));
 	if (r)
 		return r;
 	seq = atomic_load(&db->last_seq) + 1;
@@ -681,7 +694,7 @@ static int switch_mem(struct eng_db *db)
 		pthread_cond_wait(&me.cv, &db->wq_mu);
 	pthread_mutex_unlock(&db->wq_mu);
 
-	r = make_room(db, 0, true);
+	r = make_room(db, 0, true, false);
 
 	pthread_mutex_lock(&db->wq_mu);
 	db->wq_head = me.next;
@@ -733,7 +746,7 @@ int eng_flush(eng_db *db)
 	while (db->flushes_done < target && !db->stop) {
 		struct timespec ts;
 
-		r = flush_error(db, &retry);
+		r = flush_error(db, &retry, false, 0);
 		if (r)
 			break;
 		eng_deadline_in(&ts, 100);

@@ -289,8 +289,8 @@ static void small_values_leave_room_for_deletes(enum eng_compaction_mode mode)
 	for (unsigned i = 0; i < n; i += 2) {
 		char k[32];
 
-		cr_assert_eq(eng_delete(db, NULL, k, tkey(k, sizeof(k), i)), 0,
-			     "delete %u of %u on a full node", i, n);
+		r = eng_delete(db, NULL, k, tkey(k, sizeof(k), i));
+		cr_assert_eq(r, 0, "delete %u of %u on a full node: %s", i, n, dkv_strerror(r));
 	}
 	for (unsigned i = 1; i < n; i += 2) {
 		char k[32], v[1200];
