@@ -241,6 +241,21 @@ static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 		pthread_mutex_lock(&db->mu);
 		if (!r && !m)
 			r = -ENOMEM;
+		if (r == -ENOSPC && deletes) {
+			/* No room for the new WAL segment: the same passing
+			 * shortage as above; wait for frees, then try again. */
+			struct timespec ts;
+
+			if (!stall_start) {
+				stall_start = eng_now_us();
+				atomic_fetch_add(&db->st_stalls, 1);
+			}
+			if (eng_now_us() - stall_start < ENG_DELETE_STALL_US) {
+				eng_deadline_in(&ts, 100);
+				pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
+				continue;
+			}
+		}
 		if (r)
 			break;
 		r = eng_array_grow((void **)&db->imm, &db->imm_cap, db->nimm + 1,
