@@ -38,6 +38,10 @@ struct rpc_sconn {
 	pthread_t thr;
 	atomic_bool closing;	 /* stop taking requests */
 	atomic_int outstanding;	 /* calls received and not yet released */
+	/* Replies inside net_post: a flush can complete (and the progress
+	 * thread release) a reply before its poster has left net_post, so
+	 * the connection is freed only when this is 0 too. */
+	atomic_int posting;
 	atomic_size_t arg_bytes; /* pulled arguments held by its calls */
 	struct rpc_sconn *next;	 /* server's list, under srv->lock */
 	struct rpc_call calls[RPC_SERVER_RECVS];
@@ -180,12 +184,14 @@ void rpc_reply(struct rpc_call *c, int status, const void *body, size_t len)
 	c->replying = true;
 	buf = srv_reply_buf(sc, c->ridx);
 	n = rpc_reply_encode(buf, c->h.op, status, c->h.req_id, body, (uint32_t)len);
+	atomic_fetch_add(&sc->posting, 1);
 	rc = net_post_write_imm(sc->conn, wr_pack(WR_REPLY, c->idx, 0), buf, n, sc->mr->lkey,
 				c->h.reply_addr, c->h.reply_rkey, c->h.imm);
 	if (rc) {
 		atomic_store(&sc->closing, true);
 		call_release(c);
 	}
+	atomic_fetch_sub(&sc->posting, 1); /* the last touch of sc */
 }
 
 /* A request landed in RECV buffer idx (progress thread). */
@@ -328,7 +334,7 @@ static void *sconn_thread(void *arg)
 	if (s->ops.on_disconnect)
 		s->ops.on_disconnect(s->user, sc, sc->user);
 	/* Calls being served still reply; reap their completions. */
-	while (atomic_load(&sc->outstanding) > 0) {
+	while (atomic_load(&sc->outstanding) > 0 || atomic_load(&sc->posting) > 0) {
 		n = net_poll(sc->conn, wc, 32, RPC_POLL_MS);
 		for (int i = 0; i < n; i++)
 			srv_on_wc(sc, &wc[i]);
