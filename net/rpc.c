@@ -26,7 +26,9 @@
  *   handler -> rpc_reply -> WRITE_IMM -> completion -> repost RECV.
  *   When the connection breaks or the server stops, the thread stops taking
  *   requests, calls on_disconnect, keeps reaping completions until every
- *   call replied, then closes and frees the connection.
+ *   call replied and no worker is still inside net_post with a reply (a
+ *   flush completes a reply before its poster returns), then closes and
+ *   frees the connection.
  */
 #include "net/rpc_int.h"
 
