@@ -166,10 +166,6 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 
 /* ---------------------------------------------------------------- write path */
 
-/* The flush thread is failing (bg_error set): the error may be stale (the
- * node came back since).  Ask for an immediate retry and report the error
- * only once an attempt that started after this call failed too.  Returns 0
- * (keep waiting) or the error.  Caller holds mu; *target starts at 0. */
 /* A stalled group that deletes waits this long for a flush that failed
  * with ENOSPC to succeed before it fails too: on a full node, the space a
  * flush needs may be held for a moment by a compaction's outputs on the
@@ -177,6 +173,10 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
  * that (it failed in CI after two quick retries). */
 #define ENG_DELETE_STALL_US (3ull * 1000000u)
 
+/* The flush thread is failing (bg_error set): the error may be stale (the
+ * node came back since).  Ask for an immediate retry and report the error
+ * only once an attempt that started after this call failed too.  Returns 0
+ * (keep waiting) or the error.  Caller holds mu; *target starts at 0. */
 static int flush_error(struct eng_db *db, uint64_t *target, bool deletes, uint64_t since_us)
 {
 	if (!db->bg_error)
@@ -191,6 +191,19 @@ static int flush_error(struct eng_db *db, uint64_t *target, bool deletes, uint64
 	if (deletes && db->bg_error == -ENOSPC && eng_now_us() - since_us < ENG_DELETE_STALL_US)
 		return 0; /* the flush thread retries every 100 ms */
 	return db->bg_error;
+}
+
+/* One 100 ms step of a stall (the first one counts it).  mu held. */
+static void stall_wait(struct eng_db *db, uint64_t *stall_start)
+{
+	struct timespec ts;
+
+	if (!*stall_start) {
+		*stall_start = eng_now_us();
+		atomic_fetch_add(&db->st_stalls, 1);
+	}
+	eng_deadline_in(&ts, 100);
+	pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 }
 
 /* Make room for need more bytes in db->mem: switch memtables, stall.  Called
@@ -216,17 +229,10 @@ static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 		if (force && eng_mem_entries(db->mem) == 0)
 			break;
 		if (db->nimm >= (size_t)db->o.max_immutables) {
-			struct timespec ts;
-
-			if (!stall_start) {
-				stall_start = eng_now_us();
-				atomic_fetch_add(&db->st_stalls, 1);
-			}
-			r = flush_error(db, &retry, deletes, stall_start);
+			r = flush_error(db, &retry, deletes, stall_start ? stall_start : eng_now_us());
 			if (r)
 				break;
-			eng_deadline_in(&ts, 100);
-			pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
+			stall_wait(db, &stall_start);
 			continue;
 		}
 		pthread_mutex_unlock(&db->mu);
@@ -241,20 +247,12 @@ static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 		pthread_mutex_lock(&db->mu);
 		if (!r && !m)
 			r = -ENOMEM;
-		if (r == -ENOSPC && deletes) {
+		if (r == -ENOSPC && deletes &&
+		    (!stall_start || eng_now_us() - stall_start < ENG_DELETE_STALL_US)) {
 			/* No room for the new WAL segment: the same passing
 			 * shortage as above; wait for frees, then try again. */
-			struct timespec ts;
-
-			if (!stall_start) {
-				stall_start = eng_now_us();
-				atomic_fetch_add(&db->st_stalls, 1);
-			}
-			if (eng_now_us() - stall_start < ENG_DELETE_STALL_US) {
-				eng_deadline_in(&ts, 100);
-				pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
-				continue;
-			}
+			stall_wait(db, &stall_start);
+			continue;
 		}
 		if (r)
 			break;
