@@ -40,7 +40,7 @@
 #define MN_HDR_SIZE      (1u << 20)  /* region bytes reserved for the node's header */
 #define MN_ROOT_MAX      1024        /* bytes of a volume root */
 #define MN_VOLUME_NAME_MAX 63        /* bytes of a volume name, [A-Za-z0-9._-] */
-#define MN_TOKEN_MAX     40          /* bytes of a token (fits NET_PRIV_MAX) */
+#define MN_TOKEN_MAX     40          /* bytes of a token (fits NET_CONNECT_PRIV_MAX) */
 
 struct mn_client;
 

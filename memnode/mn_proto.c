@@ -18,23 +18,26 @@ void mn_hello_encode(void *buf, const struct mn_hello *h)
 	put_u16(b + 4, h->version);
 	put_u16(b + 6, h->flags);
 	b[8] = tl;
-	memcpy(b + 12, h->token, tl);
-	put_u32(b + 52, crc32c(b, 52));
+	memcpy(b + 9, h->token, tl);
+	put_u32(b + 49, crc32c(b, 49));
 }
 
 int mn_hello_decode(const void *buf, size_t n, struct mn_hello *h)
 {
 	const uint8_t *b = buf;
 
-	if (!buf || n < MN_HELLO_SIZE || get_u32(b) != MN_HELLO_MAGIC ||
-	    get_u32(b + 52) != crc32c(b, 52) || b[8] > MN_TOKEN_MAX)
+	if (!buf || n < 8 || get_u32(b) != MN_HELLO_MAGIC)
 		return -EPROTO;
 	memset(h, 0, sizeof(*h));
 	h->version = get_u16(b + 4);
+	if (h->version != MN_PROTO_VERSION)
+		return -DKV_E_VERSION; /* whatever layout the rest has */
+	if (n < MN_HELLO_SIZE || get_u32(b + 49) != crc32c(b, 49) || b[8] > MN_TOKEN_MAX)
+		return -EPROTO;
 	h->flags = get_u16(b + 6);
 	h->token_len = b[8];
-	memcpy(h->token, b + 12, h->token_len);
-	return h->version == MN_PROTO_VERSION ? 0 : -DKV_E_VERSION;
+	memcpy(h->token, b + 9, h->token_len);
+	return 0;
 }
 
 void mn_welcome_encode(void *buf, const struct mn_welcome *w)

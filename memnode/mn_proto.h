@@ -2,8 +2,8 @@
  * and its tests and tools).  Formats are in docs/rpc.md; every field is
  * little-endian through common/coding.h.
  *
- * Handshake: the connect private data is a struct mn_hello (56 bytes, exactly
- * NET_PRIV_MAX): magic, protocol version, flags, token.  The node accepts or
+ * Handshake: the connect private data is a struct mn_hello (53 bytes, within
+ * NET_CONNECT_PRIV_MAX): magic, protocol version, flags, token.  The node accepts or
  * rejects with a struct mn_welcome (status 0 or -DKV_E_TOKEN/-DKV_E_VERSION/
  * -EPROTO, and the node's epoch).
  *
@@ -19,15 +19,16 @@
 
 #include "memnode/mn_client.h"
 
-#define MN_PROTO_VERSION 2 /* 2: OPEN carries a lease secret, not a client id */
+#define MN_PROTO_VERSION 3 /* 2: OPEN carries a lease secret, not a client id;
+			      3: a 53-byte hello (rdma carries 55 bytes of connect data) */
 #define MN_HELLO_MAGIC   0x484d4b44u /* "DKMH" */
 #define MN_WELCOME_MAGIC 0x414d4b44u /* "DKMA" */
-#define MN_HELLO_SIZE    56
+#define MN_HELLO_SIZE    53
 #define MN_WELCOME_SIZE  28
 #define MN_PAGE_SIZE     (1u << 20)
 
-_Static_assert(MN_HELLO_SIZE <= NET_PRIV_MAX, "hello fits the connect private data");
-_Static_assert(12 + MN_TOKEN_MAX + 4 == MN_HELLO_SIZE, "hello layout");
+_Static_assert(MN_HELLO_SIZE <= NET_CONNECT_PRIV_MAX, "hello fits the connect private data");
+_Static_assert(9 + MN_TOKEN_MAX + 4 == MN_HELLO_SIZE, "hello layout");
 
 enum mn_op {
 	MN_OP_OPEN = 1,      /* open/create a volume, take the writer lease */

@@ -370,7 +370,7 @@ void net_listener_close(struct net_listener *l)
 int net_connect(struct net_domain *d, const char *addr, const struct net_conn_opts *o,
 		const void *priv, size_t len, struct net_conn **out, void *rpriv, size_t *rlen)
 {
-	if (!d || !addr || !out || len > NET_PRIV_MAX || (len && !priv))
+	if (!d || !addr || !out || len > NET_CONNECT_PRIV_MAX || (len && !priv))
 		return -EINVAL;
 	return d->ops->connect(d, addr, o, priv, len, out, rpriv, rlen);
 }

@@ -31,7 +31,8 @@
  *
  * Semantics (all backends)
  *   - Posting is asynchronous: net_post_*() queues a work request and returns
- *     0 or -errno at once; its completion is reported exactly once by
+ *     0 or -errno at once (-ENOMEM: max_send_wr / max_recv_wr already in
+ *     flight; -EINVAL: a bad local buffer; -ENOTCONN: broken); its completion is reported exactly once by
  *     net_poll() with the caller's wr_id.  READ/WRITE/WRITE_IMM/SEND complete
  *     in posting order per connection (RC ordering).
  *   - The local buffer of every post must lie inside a registration of the
@@ -44,7 +45,10 @@
  *     -DKV_E_GRANT and, as on RDMA, breaks the connection.
  *   - SEND and WRITE_IMM each consume one RECV the peer posted, in order.  A
  *     SEND longer than that RECV's buffer is an error on both sides
- *     (connection broken).  WRITE_IMM's data is in place before its RECV
+ *     (connection broken).  With no RECV posted, tcp and local hold the
+ *     message at the receiver (bounded) and complete the sender's WR at
+ *     once; rdma retries (RNR) and completes it once the RECV is posted, or
+ *     after ~3.9 s with -ENOBUFS (connection broken).  Post RECVs first.  WRITE_IMM's data is in place before its RECV
  *     completion is reported (opcode NET_WC_RECV_IMM, imm set, byte_len =
  *     bytes written).
  *   - Every outstanding WR completes with -ETIMEDOUT once op_timeout_ms passes
@@ -125,9 +129,12 @@ struct net_conn_opts {
 	unsigned max_recv_wr;   /* posted RECVs, default 256 */
 };
 
-/* Private data in connect/accept/reject: at most this many bytes (RDMA CM's
- * limit for RC connect requests). */
-#define NET_PRIV_MAX 56
+/* Private data in accept/reject: at most NET_PRIV_MAX bytes; in connect at
+ * most NET_CONNECT_PRIV_MAX on every backend (IB CM carries 56 bytes in a
+ * connect request, and rdma spends one on the length, since CM pads what
+ * it delivers: see net_rdma.c). */
+#define NET_PRIV_MAX	     56
+#define NET_CONNECT_PRIV_MAX (NET_PRIV_MAX - 1)
 
 /* ---- domains and memory ---- */
 
@@ -198,7 +205,7 @@ int net_accept(struct net_conn_req *r, const struct net_conn_opts *o, const void
 void net_reject(struct net_conn_req *r, const void *priv, size_t len);
 void net_listener_close(struct net_listener *l); /* NULL ok */
 
-/* Connect with private data; on success the acceptor's private data is
+/* Connect with private data (at most NET_CONNECT_PRIV_MAX bytes); on success the acceptor's private data is
  * copied to rpriv (up to *rlen bytes; *rlen set to the length).  On rejection
  * returns -ECONNREFUSED and fills rpriv the same way.  Other errors:
  * -ETIMEDOUT, -EHOSTUNREACH, -DKV_E_NODEVICE, -EINVAL (bad address). */
@@ -240,11 +247,10 @@ int net_conn_fd(const struct net_conn *c);
  * is not woken for what a spinning caller reaps anyway (on a 2-vCPU machine
  * that wakeup cost more than the work).  When the last such caller stops,
  * the fd is made readable if anything is left to reap, so nothing waits
- * longer than without it.  Calls nest and come from any thread; a backend
- * may ignore them (rdma does). */
+ * longer than without it.  Calls nest and come from any thread. */
 void net_conn_reaping(struct net_conn *c, bool on);
 
-/* ---- fault injection (tcp and local backends; others return -ENOTSUP) ---- */
+/* ---- fault injection (every backend; rdma does it in the backend, not the NIC) ---- */
 struct net_fault {
 	unsigned delay_us;  /* delay every outgoing frame */
 	long drop_after;    /* break the connection after this many posts (0: never) */

@@ -36,8 +36,9 @@
  *                ibv_ack_cq_events, bounded by timeout_ms.
  *   op timeout   the QP's local ACK timeout (RDMA_OPTION_ID_ACK_TIMEOUT) and
  *                retry_count are chosen so that (retry_count + 1) * 4.096 us *
- *                2^timeout ~ op_timeout_ms; the NIC then completes the WR
- *                with IBV_WC_RETRY_EXC_ERR -> -ETIMEDOUT.
+ *                2^timeout is op_timeout_ms to 1.25x it (nrdma_ack_timing);
+ *                the NIC then completes the WR with IBV_WC_RETRY_EXC_ERR ->
+ *                -ETIMEDOUT.
  *   broken       a thread ("net-rdma-cm") watches the conn's CM channel; on
  *                DISCONNECTED / DEVICE_REMOVAL it marks the conn broken and
  *                calls rdma_disconnect, which moves the QP to the error state
@@ -76,7 +77,7 @@
  * its own lock); net_poll by one thread at a time; the CM thread only reads
  * the CM channel and flips c->ok.
  *
- * Fault injection is a tcp/local feature: set_fault returns -ENOTSUP.
+ * Fault injection (net_set_fault) lives in the backend: see nrdma_set_fault.
  */
 #include "net/net_rdma_int.h"
 
@@ -156,17 +157,26 @@ static int nrdma_access(unsigned a)
 	return f;
 }
 
-/* The QP's local ACK timeout exponent: one try lasts 4.096 us * 2^t and the
- * NIC tries retry_cnt + 1 times, so pick t with the total nearest
- * op_timeout_ms.  Valid range 1..31 (0 would mean "wait forever"). */
-uint8_t nrdma_ack_timeout(int op_timeout_ms, unsigned retry_cnt)
+/* The QP's local ACK timeout exponent t and retry count r: one try lasts
+ * 4.096 us * 2^t and the NIC tries r + 1 times.  A peer is declared dead no
+ * sooner than op_timeout_ms (a stalled peer that answers within it must not
+ * break the conn) and not much later: the smallest t whose 8 tries reach
+ * op_timeout_ms, then the fewest tries that do, so the total lies in
+ * [op_timeout_ms, 1.25 * op_timeout_ms).  t is 1..31 (0 would mean "wait
+ * forever"), r 0..7. */
+void nrdma_ack_timing(int op_timeout_ms, uint8_t *timeout, uint8_t *retry)
 {
-	double per_try_us = (double)op_timeout_ms * 1000.0 / (retry_cnt + 1);
+	double want_us = (double)(op_timeout_ms > 0 ? op_timeout_ms : 1) * 1000.0;
 	uint8_t t = 1;
+	unsigned tries;
 
-	while (t < 31 && 4.096 * (double)(1ull << t) * 1.5 < per_try_us)
+	while (t < 31 && 4.096 * (double)(1ull << t) * (NRDMA_RETRY_CNT + 1) < want_us)
 		t++;
-	return t;
+	for (tries = 1; tries < NRDMA_RETRY_CNT + 1; tries++)
+		if (4.096 * (double)(1ull << t) * tries >= want_us)
+			break;
+	*timeout = t;
+	*retry = (uint8_t)(tries - 1);
 }
 
 /* [u8 len][len bytes] into dst (cap bytes). */
@@ -468,7 +478,7 @@ static int nrdma_slot_get(struct nrdma_conn *c, bool recv, const struct net_wr *
 
 	pthread_mutex_lock(&c->slot_lock);
 	if (recv ? c->nfree_recv == 0 : c->nfree_send == 0) {
-		rc = -EAGAIN; /* queue full: as many WRs in flight as opts allow */
+		rc = -ENOMEM; /* queue full: as many WRs in flight as opts allow */
 	} else {
 		*idx = recv ? c->free_recv[--c->nfree_recv] : c->free_send[--c->nfree_send];
 		s = &c->slots[*idx];
@@ -486,12 +496,30 @@ static void nrdma_slot_put(struct nrdma_conn *c, uint32_t idx)
 {
 	pthread_mutex_lock(&c->slot_lock);
 	c->slots[idx].used = 0;
+	c->slots[idx].fail = 0;
 	if (idx < c->nsend)
 		c->free_send[c->nfree_send++] = idx;
 	else
 		c->free_recv[c->nfree_recv++] = idx;
 	c->inflight--;
 	pthread_mutex_unlock(&c->slot_lock);
+}
+
+/* Fault injection: count this post (slot idx taken).  The failing post's
+ * slot reports -EIO; true when the conn must break after this post. */
+static bool nrdma_fault_step(struct nrdma_conn *c, uint32_t idx)
+{
+	bool drop;
+
+	pthread_mutex_lock(&c->slot_lock);
+	c->posts++;
+	if (c->fail_at && c->posts == c->fail_at) {
+		c->slots[idx].fail = 1;
+		c->fail_at = 0;
+	}
+	drop = c->drop_at && c->posts >= c->drop_at;
+	pthread_mutex_unlock(&c->slot_lock);
+	return drop;
 }
 
 static int nrdma_post(struct net_conn *nc, const struct net_wr *wr)
@@ -502,18 +530,22 @@ static int nrdma_post(struct net_conn *nc, const struct net_wr *wr)
 	    .length = (uint32_t)wr->len,
 	    .lkey = wr->lkey,
 	};
-	bool recv = wr->op == NET_WR_RECV;
+	bool recv = wr->op == NET_WR_RECV, drop;
+	unsigned delay = atomic_load_explicit(&c->delay_us, memory_order_relaxed);
 	uint32_t idx;
 	int rc;
 
 	if (!atomic_load(&c->ok))
 		return -ENOTCONN;
+	if (delay)
+		usleep(delay); /* fault injection: a slow wire */
 	if (wr->len > UINT32_MAX || wr->op > NET_WR_RECV ||
 	    !nrdma_local_ok(c->d, wr->local, wr->len, wr->lkey))
 		return -EINVAL;
 	rc = nrdma_slot_get(c, recv, wr, &idx);
 	if (rc)
 		return rc;
+	drop = nrdma_fault_step(c, idx);
 	if (recv) {
 		struct ibv_recv_wr rw = {.wr_id = idx, .sg_list = &sge, .num_sge = wr->len ? 1 : 0};
 		struct ibv_recv_wr *bad;
@@ -547,13 +579,25 @@ static int nrdma_post(struct net_conn *nc, const struct net_wr *wr)
 			sw.wr.rdma.remote_addr = wr->raddr;
 			sw.wr.rdma.rkey = wr->rkey;
 		}
+		if (c->slots[idx].fail) {
+			/* an injected failure: a zero-length WRITE (no rkey check)
+			 * keeps the completion in its place in the order */
+			sw.opcode = IBV_WR_RDMA_WRITE;
+			sw.num_sge = 0;
+			sw.wr.rdma.remote_addr = 0;
+			sw.wr.rdma.rkey = 0;
+		}
 		rc = nrdma_rc(ibv_post_send(c->id->qp, &sw, &bad));
 	}
 	if (rc) {
 		nrdma_slot_put(c, idx);
-		return rc == -ENOMEM ? -EAGAIN : rc;
+		return rc; /* a provider's full queue is ENOMEM too */
 	}
 	atomic_fetch_add_explicit(&c->ops_posted, 1, memory_order_relaxed);
+	if (drop && atomic_exchange(&c->ok, false)) {
+		dkv_info("rdma: %s: dropped by fault injection", c->peer);
+		rdma_disconnect(c->id); /* the QP errors: pending WRs flush */
+	}
 	return 0;
 }
 
@@ -574,7 +618,10 @@ static bool nrdma_wc_convert(struct nrdma_conn *c, const struct ibv_wc *w, struc
 	out->op = s->op;
 	out->byte_len = 0;
 	out->imm = 0;
-	if (out->status == 0) {
+	if (s->fail && out->status == 0) {
+		out->status = -EIO; /* fault injection; the conn stays up */
+		atomic_fetch_add_explicit(&c->ops_failed, 1, memory_order_relaxed);
+	} else if (out->status == 0) {
 		if (s->op == NET_WC_RECV) {
 			out->byte_len = w->byte_len;
 			if (w->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -680,9 +727,8 @@ static bool nrdma_drained(struct nrdma_conn *c)
 	return drained;
 }
 
-static int nrdma_poll(struct net_conn *nc, struct net_wc *wc, int max, int timeout_ms)
+static int nrdma_poll_locked(struct nrdma_conn *c, struct net_wc *wc, int max, int timeout_ms)
 {
-	struct nrdma_conn *c = NRDMA_OF(nc, struct nrdma_conn, head);
 	int64_t deadline = timeout_ms < 0 ? -1 : nrdma_now_ms() + timeout_ms;
 	struct pollfd p = {.fd = c->comp_ch->fd, .events = POLLIN};
 	int64_t spin_end;
@@ -716,7 +762,7 @@ static int nrdma_poll(struct net_conn *nc, struct net_wc *wc, int max, int timeo
 			break;
 		}
 		if (!atomic_load(&c->ok) && nrdma_drained(c))
-			return -ENOTCONN; /* broken and drained: nothing will come */
+			return 0; /* broken and drained: nothing will come */
 		rc = poll(&p, 1, nrdma_left_ms(deadline));
 		if (rc < 0 && errno != EINTR)
 			return -errno;
@@ -732,6 +778,43 @@ static int nrdma_poll(struct net_conn *nc, struct net_wc *wc, int max, int timeo
 		return n;
 	nrdma_rearm(c);
 	return n;
+}
+
+static int nrdma_poll(struct net_conn *nc, struct net_wc *wc, int max, int timeout_ms)
+{
+	struct nrdma_conn *c = NRDMA_OF(nc, struct nrdma_conn, head);
+	int n;
+
+	pthread_mutex_lock(&c->poll_lock);
+	n = nrdma_poll_locked(c, wc, max, timeout_ms);
+	pthread_mutex_unlock(&c->poll_lock);
+	return n;
+}
+
+/* While a caller reaps, the completion channel leaves the conn fd's epoll
+ * set, so a completion wakes nobody blocked on the fd (a CQ cannot be
+ * disarmed).  When the last one stops, the channel goes back and, unless a
+ * poller is inside net_poll right now (it re-arms on its way out), what is
+ * left in the CQ moves to the stash, whose eventfd makes the fd readable. */
+static void nrdma_conn_reaping(struct net_conn *nc, bool on)
+{
+	struct nrdma_conn *c = NRDMA_OF(nc, struct nrdma_conn, head);
+	struct epoll_event ee = {.events = EPOLLIN, .data.fd = c->comp_ch->fd};
+
+	pthread_mutex_lock(&c->reap_lock);
+	if (on) {
+		if (c->reapers++ == 0 && epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->comp_ch->fd, NULL))
+			dkv_debug("rdma: %s: epoll del: %s", c->peer, strerror(errno));
+	} else if (c->reapers > 0 && --c->reapers == 0) {
+		if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->comp_ch->fd, &ee))
+			dkv_debug("rdma: %s: epoll add: %s", c->peer, strerror(errno));
+		if (pthread_mutex_trylock(&c->poll_lock) == 0) {
+			nrdma_drain_events(c);
+			nrdma_rearm(c);
+			pthread_mutex_unlock(&c->poll_lock);
+		}
+	}
+	pthread_mutex_unlock(&c->reap_lock);
 }
 
 static int nrdma_conn_fd(const struct net_conn *nc)
@@ -794,9 +877,19 @@ static int nrdma_revoke(struct net_conn *nc, uint32_t rkey)
 	return rc;
 }
 
+/* Fault injection in the backend, not the NIC: delay sleeps before each
+ * post, fail_nth posts a zero-length WRITE in the WR's place and reports
+ * -EIO for it, drop_after disconnects after that post. */
 static int nrdma_set_fault(struct net_conn *nc, const struct net_fault *f)
 {
-	return -ENOTSUP; /* a NIC offers no such hooks */
+	struct nrdma_conn *c = NRDMA_OF(nc, struct nrdma_conn, head);
+
+	pthread_mutex_lock(&c->slot_lock);
+	c->drop_at = f->drop_after > 0 ? c->posts + (uint64_t)f->drop_after : 0;
+	c->fail_at = f->fail_nth > 0 ? c->posts + (uint64_t)f->fail_nth : 0;
+	pthread_mutex_unlock(&c->slot_lock);
+	atomic_store(&c->delay_us, f->delay_us);
+	return 0;
 }
 
 static void nrdma_conn_stats(const struct net_conn *nc, struct net_stats *st)
@@ -834,6 +927,7 @@ const struct net_ops net_rdma_ops = {
     .post = nrdma_post,
     .poll = nrdma_poll,
     .conn_fd = nrdma_conn_fd,
+    .conn_reaping = nrdma_conn_reaping,
     .set_fault = nrdma_set_fault,
     .conn_stats = nrdma_conn_stats,
 };

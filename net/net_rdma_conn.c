@@ -150,6 +150,8 @@ static void nrdma_conn_destroy(struct nrdma_conn *c)
 		close(c->stopfd);
 	pthread_mutex_destroy(&c->slot_lock);
 	pthread_mutex_destroy(&c->grant_lock);
+	pthread_mutex_destroy(&c->poll_lock);
+	pthread_mutex_destroy(&c->reap_lock);
 	free(c->slots);
 	free(c->free_send);
 	free(c->free_recv);
@@ -175,6 +177,8 @@ static int nrdma_conn_alloc(struct nrdma_domain *d, const struct net_conn_opts *
 	c->epfd = c->evfd = c->stopfd = -1;
 	pthread_mutex_init(&c->slot_lock, NULL);
 	pthread_mutex_init(&c->grant_lock, NULL);
+	pthread_mutex_init(&c->poll_lock, NULL);
+	pthread_mutex_init(&c->reap_lock, NULL);
 	snprintf(c->peer, sizeof(c->peer), "rdma:?");
 	net_conn_opts_fill(&c->opts, o);
 	c->nsend = c->opts.max_send_wr < max_wr ? c->opts.max_send_wr : max_wr;
@@ -261,7 +265,7 @@ static int nrdma_conn_create_qp(struct nrdma_conn *c, struct rdma_cm_id *id)
 		    .max_recv_sge = 1,
 		},
 	};
-	uint8_t t = nrdma_ack_timeout(c->opts.op_timeout_ms, NRDMA_RETRY_CNT);
+	uint8_t t, retry;
 	int rc;
 
 	if (id->verbs != c->d->ctx) {
@@ -270,6 +274,8 @@ static int nrdma_conn_create_qp(struct nrdma_conn *c, struct rdma_cm_id *id)
 			ibv_get_device_name(c->d->ctx->device));
 		return -EHOSTUNREACH;
 	}
+	nrdma_ack_timing(c->opts.op_timeout_ms, &t, &retry);
+	c->retry = retry;
 	rc = nrdma_rc(rdma_create_qp(id, c->d->pd, &qa));
 	if (rc) {
 		dkv_err("rdma: rdma_create_qp: %s", dkv_strerror(rc));
@@ -282,9 +288,10 @@ static int nrdma_conn_create_qp(struct nrdma_conn *c, struct rdma_cm_id *id)
 	return 0;
 }
 
-static void nrdma_conn_param(struct nrdma_domain *d, struct rdma_conn_param *p, const uint8_t *priv,
+static void nrdma_conn_param(struct nrdma_conn *c, struct rdma_conn_param *p, const uint8_t *priv,
 			     size_t len, unsigned resp_res, unsigned init_depth)
 {
+	struct nrdma_domain *d = c->d;
 	unsigned max_rd = d->attr.max_qp_rd_atom > 0 ? (unsigned)d->attr.max_qp_rd_atom : 1;
 	unsigned max_init =
 	    d->attr.max_qp_init_rd_atom > 0 ? (unsigned)d->attr.max_qp_init_rd_atom : 1;
@@ -295,7 +302,7 @@ static void nrdma_conn_param(struct nrdma_domain *d, struct rdma_conn_param *p, 
 	/* RDMA READs in flight: without these the NIC allows none */
 	p->responder_resources = (uint8_t)(resp_res < max_rd ? resp_res : max_rd);
 	p->initiator_depth = (uint8_t)(init_depth < max_init ? init_depth : max_init);
-	p->retry_count = NRDMA_RETRY_CNT;
+	p->retry_count = c->retry; /* the requester's counts for both sides */
 	p->rnr_retry_count = NRDMA_RNR_RETRY;
 }
 
@@ -498,7 +505,7 @@ int nrdma_accept(struct net_conn_req *nr, const struct net_conn_opts *o, const v
 	rc = nrdma_conn_create_qp(c, c->id);
 	if (rc)
 		goto out_reject;
-	nrdma_conn_param(d, &param, wire, n, r->initiator_depth, r->responder_resources);
+	nrdma_conn_param(c, &param, wire, n, r->initiator_depth, r->responder_resources);
 	rc = nrdma_rc(rdma_accept(c->id, &param));
 	if (rc)
 		goto out_reject;
@@ -538,7 +545,7 @@ int nrdma_connect(struct net_domain *nd, const char *addr, const struct net_conn
 	struct sockaddr_storage ss;
 	socklen_t sslen;
 	struct rdma_conn_param param;
-	uint8_t wire[NET_PRIV_MAX]; /* the REQ's 56 bytes: 1 length + 55 data */
+	uint8_t wire[NET_CONNECT_PRIV_MAX + 1]; /* the REQ's 56 bytes: length + data */
 	size_t n;
 	int64_t deadline;
 	int rc;
@@ -572,7 +579,7 @@ int nrdma_connect(struct net_domain *nd, const char *addr, const struct net_conn
 	rc = nrdma_conn_create_qp(c, c->id);
 	if (rc)
 		goto out;
-	nrdma_conn_param(d, &param, wire, n, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH);
+	nrdma_conn_param(c, &param, wire, n, RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH);
 	rc = nrdma_rc(rdma_connect(c->id, &param));
 	if (!rc)
 		rc = nrdma_cm_expect(c, RDMA_CM_EVENT_ESTABLISHED, deadline, rpriv, rlen);

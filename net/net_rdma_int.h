@@ -33,7 +33,7 @@
 #include "net/net_stream.h" /* net_tcp_sockaddr: the same HOST:PORT rules as tcp */
 
 #define NRDMA_NODEV_MSG		   "no RDMA device found; use transport=tcp"
-#define NRDMA_RETRY_CNT		   7 /* transport retries (3 bits, 7 = max finite) */
+#define NRDMA_RETRY_CNT		   7 /* most transport retries (3 bits, 7 = max finite) */
 #define NRDMA_RNR_RETRY		   6 /* 7 would retry forever: a missing RECV would hang */
 #define NRDMA_BACKLOG		   64
 #define NRDMA_SPIN_NS		   50000 /* spin this long before blocking (cross-CPU wakeup ~100 us) */
@@ -88,6 +88,7 @@ struct nrdma_slot {
 	uint32_t len;
 	uint8_t op; /* enum net_wc_op */
 	uint8_t used;
+	uint8_t fail; /* fault injection: report -EIO whatever the NIC says */
 };
 
 struct nrdma_grant {
@@ -109,12 +110,20 @@ struct nrdma_conn {
 	pthread_t cm_thread;
 	bool cm_thread_started;
 
-	pthread_mutex_t slot_lock; /* protects slots, free stacks, inflight */
+	uint8_t retry; /* retry_count this conn's QP runs with (nrdma_ack_timing) */
+
+	pthread_mutex_t slot_lock; /* protects slots, free stacks, inflight, fault counters */
 	struct nrdma_slot *slots;  /* [0, nsend) send queue, [nsend, +nrecv) recv */
 	uint32_t nsend, nrecv;
 	uint32_t *free_send, *free_recv;
 	uint32_t nfree_send, nfree_recv;
 	uint32_t inflight;
+	uint64_t posts, fail_at, drop_at; /* net_set_fault: post numbers, 0 = never */
+	_Atomic unsigned delay_us;
+
+	pthread_mutex_t poll_lock;  /* held by the one thread inside net_poll */
+	pthread_mutex_t reap_lock;  /* protects reapers and the epoll set */
+	unsigned reapers;	    /* net_conn_reaping(on) minus (off) */
 
 	/* poller only */
 	struct net_wc stash[NRDMA_STASH];
@@ -133,7 +142,7 @@ struct nrdma_conn {
 /* ---- net_rdma.c ---- */
 int nrdma_ptr_err(int fallback);
 int nrdma_rc(int rc);
-uint8_t nrdma_ack_timeout(int op_timeout_ms, unsigned retry_cnt);
+void nrdma_ack_timing(int op_timeout_ms, uint8_t *timeout, uint8_t *retry);
 int nrdma_priv_pack(uint8_t *dst, size_t cap, const void *priv, size_t len, size_t *wire);
 int nrdma_priv_unpack(const void *raw, size_t rawlen, const uint8_t **data, size_t *len);
 void nrdma_priv_copy(const uint8_t *data, size_t len, void *rpriv, size_t *rlen);
