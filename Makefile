@@ -108,7 +108,22 @@ define testbin
 $(OUT)/tests/$(1)/%: $(OUT)/tests/$(1)/%.o $(TEST_HELPERS) $(call libs_of,$(if $(DEPS_$(1)),$(1),mount))
 	$$(CC) $$(LDFLAGS) -o $$@ $$^ -lcriterion $$(LDLIBS) -ldl
 endef
-$(foreach m,$(sort $(notdir $(wildcard tests/*))),$(eval $(call testbin,$(m))))
+$(foreach m,$(filter-out rdma verbs_emu,$(sort $(notdir $(wildcard tests/*)))),$(eval $(call testbin,$(m))))
+# tests/rdma: the rdma backend, the RPC layer and the engine over the test-only
+# verbs emulation (tests/verbs_emu/, see its emu_int.h), linked in place of
+# libibverbs and librdmacm.  Programs and every other test link the real ones.
+# VERBS_EMU=0 links them with the real libraries, to run the same tests on a
+# machine with an RDMA device (docs/rdma.md, "Testing on hardware").
+VERBS_EMU ?= 1
+ifeq ($(VERBS_EMU),1)
+RDMA_TEST_OBJS := $(patsubst %.c,$(OUT)/%.o,$(wildcard tests/verbs_emu/*.c))
+RDMA_TEST_LIBS := $(filter-out -lrdmacm -libverbs,$(LDLIBS))
+else
+RDMA_TEST_OBJS :=
+RDMA_TEST_LIBS := $(LDLIBS)
+endif
+$(OUT)/tests/rdma/%: $(OUT)/tests/rdma/%.o $(TEST_HELPERS) $(RDMA_TEST_OBJS) $(call libs_of,mount)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(RDMA_TEST_LIBS) -ldl
 .SECONDARY:
 
 # Fuzzers: tests/fuzz/fuzz_NAME.c -> $(BUILD)-fuzz/fuzz/fuzz_NAME
@@ -148,7 +163,7 @@ SAN_OUT := $(BUILD)-address-undefined
 check-asan:
 	$(MAKE) SANITIZE=address,undefined all
 	@BUILD=$(SAN_OUT) scripts/run-tests.sh $$(cd $(SAN_OUT)/tests && \
-		find common net memnode fs engine -name 'test_*' -type f -perm -u+x | sort)
+		find common net memnode fs engine rdma -name 'test_*' -type f -perm -u+x | sort)
 
 # ThreadSanitizer build, then the tests below the mount level (~10 min; .ci/run
 # runs it after check-asan).  Any race report fails the run.  Left out, in
@@ -165,7 +180,7 @@ check-tsan:
 	$(MAKE) SANITIZE=thread all
 	@CRITERION_TEST_PATTERN='!(security/local_peer_of_another_uid_gets_frames_not_the_region|restart/kill_fails_fast_then_reconnects_with_data)' \
 	BUILD=$(TSAN_OUT) scripts/run-tests.sh $$(cd $(TSAN_OUT)/tests && \
-		find common net memnode fs engine -name 'test_*' -type f -perm -u+x | \
+		find common net memnode fs engine rdma -name 'test_*' -type f -perm -u+x | \
 		grep -v '^engine/test_cleaner$$' | sort)
 
 mount: all

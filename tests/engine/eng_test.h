@@ -54,6 +54,11 @@ struct tnode {
 #ifndef TNODE_NO_FORK
 #define TNODE_NO_FORK 0
 #endif
+/* The node's transport: auto (tcp and local), unless the including file
+ * chose one (tests/rdma/test_engine.c: rdma over the verbs emulation). */
+#ifndef TNODE_TRANSPORT
+#define TNODE_TRANSPORT NET_AUTO
+#endif
 
 /* Start a node (listen NULL: 127.0.0.1:0).  Returns 0 or -errno. */
 static inline int tnode_start(struct tnode *n, uint64_t size, const char *backing,
@@ -75,6 +80,7 @@ static inline int tnode_start(struct tnode *n, uint64_t size, const char *backin
 		o.size = size;
 		o.backing = backing;
 		o.listen = listen ? listen : "127.0.0.1:0";
+		o.transport = TNODE_TRANSPORT;
 		r = mn_server_create(&o, &n->srv);
 		if (!r)
 			r = mn_server_start(n->srv);
@@ -103,6 +109,7 @@ static inline int tnode_start(struct tnode *n, uint64_t size, const char *backin
 		o.size = size;
 		o.backing = backing;
 		o.listen = listen ? listen : "127.0.0.1:0";
+		o.transport = TNODE_TRANSPORT;
 		if (mn_server_create(&o, &s) || mn_server_start(s)) {
 			buf[0] = '!';
 			if (write(p[1], buf, sizeof(buf)) < 0)

@@ -17,6 +17,12 @@
 #include "memnode/mn_client.h"
 #include "memnode/mn_server.h"
 
+/* The transport these tests run on: tcp, unless the including file chose
+ * another (tests/rdma/ runs them on rdma over the verbs emulation). */
+#ifndef MT_TRANSPORT
+#define MT_TRANSPORT NET_TCP
+#endif
+
 static inline uint64_t mt_now_ms(void)
 {
 	struct timespec ts;
@@ -42,7 +48,7 @@ static inline struct mn_server *mt_server(uint64_t size, const char *token)
 	int rc;
 
 	mn_server_opts_init(&o);
-	o.transport = NET_TCP;
+	o.transport = MT_TRANSPORT;
 	o.size = size;
 	if (token) {
 		o.token = token;
@@ -60,7 +66,7 @@ static inline int mt_open(const char *addr, const char *vol, bool writer, const 
 {
 	struct mn_client_opts o = {
 		.addr = addr,
-		.transport = NET_TCP,
+		.transport = MT_TRANSPORT,
 		.volume = vol,
 		.writer = writer,
 		.create = true,

@@ -113,7 +113,7 @@ static void tsrv_start_budget(struct tsrv *t, size_t arg_budget)
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->cv, NULL);
-	cr_assert_eq(net_domain_create(NET_TCP, &t->dom), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &t->dom), 0);
 	cr_assert_eq(rpc_server_create(&o, &t->rpc), 0);
 	cr_assert_eq(rpc_server_listen(t->rpc, t->dom, "127.0.0.1:0", &t->addr), 0);
 	pthread_create(&t->thr, NULL, late_thread, t);
@@ -157,7 +157,7 @@ Test(rpc, round_trip_and_large_argument)
 	size_t rl = 0;
 
 	tsrv_start(&t);
-	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
 	ch = t_connect(d, t.addr);
 
 	cr_assert_eq(rpc_call(ch, 1, "ping", 4, NULL, rep, sizeof(rep), &rl), 0);
@@ -209,7 +209,7 @@ Test(rpc, rejected_connection)
 	size_t rl = sizeof(rp);
 
 	tsrv_start(&t);
-	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
 	cr_assert_eq(net_connect(d, t.addr, NULL, "nope", 4, &conn, rp, &rl), -ECONNREFUSED);
 	net_domain_destroy(d);
 	tsrv_stop(&t);
@@ -249,7 +249,7 @@ Test(rpc, eight_threads_concurrently)
 	atomic_int bad = 0;
 
 	tsrv_start(&t);
-	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
 	ch = t_connect(d, t.addr);
 	for (int i = 0; i < 8; i++) {
 		p[i] = (struct par){ ch, i, &bad };
@@ -295,7 +295,7 @@ Test(rpc, garbage_requests_do_not_hurt_the_node, .timeout = 30)
 	uint64_t end = mt_now_ms() + 2000;
 
 	mn_hello_encode(hello, &h);
-	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
 	cr_assert_eq(net_reg_mr(d, buf, RPC_REQ_MAX, NET_ACCESS_LOCAL_WRITE, &mr), 0);
 	while (mt_now_ms() < end) {
 		struct net_conn *conn;
@@ -349,7 +349,7 @@ Test(rpc, slow_handler_and_per_call_timeout, .timeout = 30)
 	uint64_t t0;
 
 	tsrv_start(&t);
-	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
 	cr_assert_eq(net_connect(d, t.addr, NULL, "hi", 2, &conn, rp, &rl), 0);
 	cr_assert_eq(rpc_chan_create(d, conn, 500, &ch), 0); /* 500 ms channel timeout */
 	put_u32(req, 1200);
@@ -400,7 +400,7 @@ Test(rpc, argument_memory_is_bounded_for_all_connections, .timeout = 30)
 	pthread_t th;
 
 	tsrv_start_budget(&t, 3u << 20);
-	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
 	c1 = t_connect(d, t.addr);
 	c2 = t_connect(d, t.addr);
 	cr_assert_eq(net_reg_mr(d, arg, alen, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &mr),
