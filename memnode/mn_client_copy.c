@@ -10,6 +10,7 @@
 #include "common/coding.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
+#include "net/rpc.h"
 
 /* One call for cp[0..n) (within the node's bounds). */
 static int copy_call(struct mn_client *c, const struct mn_copy *cp, size_t n, uint32_t *crc)
@@ -25,7 +26,8 @@ static int copy_call(struct mn_client *c, const struct mn_copy *cp, size_t n, ui
 		put_u64(req + 16 + i * MN_COPY_WIRE, cp[i].dst);
 		put_u64(req + 24 + i * MN_COPY_WIRE, cp[i].len);
 	}
-	_Static_assert(8 + MN_COPY_MAX_N * MN_COPY_WIRE <= 4096 - 64, "a COPY request is inline");
+	_Static_assert(8 + MN_COPY_MAX_N * MN_COPY_WIRE <= RPC_REQ_MAX - RPC_REQ_HDR,
+		       "a COPY request fits one request");
 	rc = mn_call(c, MN_OP_COPY, req, 8 + n * MN_COPY_WIRE, NULL, 0, rep, sizeof(rep), &rl);
 	if (!rc && rl != n * 4)
 		rc = -EPROTO;

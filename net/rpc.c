@@ -17,7 +17,8 @@
  *   (either order).
  *
  * Server connection
- *   Request i lands in RECV buffer i and is served in place; its reply is
+ *   Request i lands in RECV buffer i (RPC_REQ_INLINE bytes: a bigger body
+ *   is pulled like an argument and served from there) and is served in place; its reply is
  *   built in reply buffer i; buffer i is reposted only when the reply's
  *   WRITE_IMM completed.  RPC_SERVER_RECVS = 2 * RPC_SLOTS covers a client's
  *   RPC_SLOTS requests plus as many replies not yet acknowledged.
@@ -514,7 +515,9 @@ int rpc_chan_create(struct net_domain *d, struct net_conn *conn, int timeout_ms,
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	rc = net_reg_mr(d, ch->mem, ch->mem_len, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE,
+	/* remote write: replies; remote read: spilled request bodies */
+	rc = net_reg_mr(d, ch->mem, ch->mem_len,
+			NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE | NET_ACCESS_REMOTE_READ,
 			&ch->mr);
 	if (rc)
 		goto out_free;
@@ -575,9 +578,11 @@ int rpc_call_timeout(struct rpc_chan *ch, uint16_t op, const void *req, size_t r
 	struct rpc_req_hdr h = {0};
 	struct rpc_ent *e;
 	uint32_t idx, gen;
+	bool spill = RPC_REQ_HDR + req_len > RPC_REQ_INLINE;
 	int rc;
 
-	if (req_len > RPC_REQ_MAX - RPC_REQ_HDR || (arg && arg->len > RPC_ARG_MAX))
+	if (req_len > RPC_REQ_MAX - RPC_REQ_HDR || (arg && arg->len > RPC_ARG_MAX) ||
+	    (spill && arg && arg->len))
 		return -EMSGSIZE;
 	if (rlen)
 		*rlen = 0;
@@ -598,7 +603,16 @@ int rpc_call_timeout(struct rpc_chan *ch, uint16_t op, const void *req, size_t r
 	h.reply_addr = (uint64_t)(uintptr_t)slot_reply(ch, idx);
 	h.reply_rkey = ch->mr->rkey;
 	h.reply_cap = RPC_REPLY_BUF;
-	if (arg && arg->len) {
+	if (spill) {
+		/* The body waits in the slot, which stays ours until the reply,
+		 * and the server pulls it as the argument. */
+		memcpy(slot_req(ch, idx) + RPC_REQ_HDR, req, req_len);
+		h.flags = RPC_F_SPILLED;
+		h.len = 0;
+		h.arg_addr = (uint64_t)(uintptr_t)(slot_req(ch, idx) + RPC_REQ_HDR);
+		h.arg_rkey = ch->mr->rkey;
+		h.arg_len = (uint32_t)req_len;
+	} else if (arg && arg->len) {
 		h.arg_addr = (uint64_t)(uintptr_t)arg->addr;
 		h.arg_rkey = arg->rkey;
 		h.arg_len = (uint32_t)arg->len;
@@ -608,7 +622,7 @@ int rpc_call_timeout(struct rpc_chan *ch, uint16_t op, const void *req, size_t r
 
 	net_conn_reaping(ch->conn, true); /* ent_wait turns it off */
 	rc = net_post_send(ch->conn, wr_pack(WR_ENT, idx, gen), slot_req(ch, idx),
-			   RPC_REQ_HDR + req_len, ch->mr->lkey);
+			   RPC_REQ_HDR + h.len, ch->mr->lkey);
 	if (rc) {
 		net_conn_reaping(ch->conn, false);
 		pthread_mutex_lock(&ch->lock);

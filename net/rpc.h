@@ -7,7 +7,11 @@
  * of the reply from one RECV_IMM completion and no copy.  An argument too
  * large for the request (compaction inputs, batched frees) is not copied into
  * it: the client names (addr, rkey, len) of registered memory and the server
- * pulls it with one READ before it runs the handler.  Formats: docs/rpc.md.
+ * pulls it with one READ before it runs the handler.  A request body too big
+ * for the server's small RECV buffers (RPC_REQ_INLINE) travels the same way,
+ * pulled from the client's request slot (RPC_F_SPILLED), so a server's
+ * buffers cost it 128 x 512 bytes per connection, not 128 pages.  Formats:
+ * docs/rpc.md.
  *
  * Client side: an rpc_chan owns one net_conn and one progress thread
  * ("rpc-chan") that polls the conn and routes each completion by wr_id to its
@@ -34,10 +38,12 @@
 
 #include "net/net.h"
 
-#define RPC_VERSION       1
+#define RPC_VERSION       2             /* 2: bodies over RPC_REQ_INLINE are pulled */
 #define RPC_REQ_HDR       64            /* bytes of a request header */
 #define RPC_REPLY_HDR     32            /* bytes of a reply header */
 #define RPC_REQ_MAX       4096          /* request header + body */
+#define RPC_REQ_INLINE    512           /* header + body sent inline: a server RECV buffer */
+#define RPC_F_SPILLED     1             /* request flag: the body is the pulled argument */
 #define RPC_REPLY_MAX     (16u << 10)   /* reply body bytes a client slot can take */
 #define RPC_ARG_MAX       (64u << 20)   /* bytes of a pulled argument */
 #define RPC_SLOTS         64            /* concurrent calls per channel */
@@ -80,10 +86,11 @@ struct rpc_arg {
 };
 
 /* Call op with req (<= RPC_REQ_MAX - RPC_REQ_HDR bytes, copied) and an
- * optional arg (NULL or len 0: none).  The reply body is copied to reply (up
+ * optional arg (NULL or len 0: none).  A req over RPC_REQ_INLINE - RPC_REQ_HDR
+ * bytes is pulled by the server (one READ more) and cannot have an arg.  The reply body is copied to reply (up
  * to cap bytes); *rlen (if not NULL) is set to its full length.  Returns the
  * server's status (0 or -errno/-DKV_E_*) or a local error: -EMSGSIZE (req too
- * big), -EIO (connection broken), -ETIMEDOUT (no reply within the timeout;
+ * big, or over the inline size with an arg), -EIO (connection broken), -ETIMEDOUT (no reply within the timeout;
  * the slot stays reserved until the late reply or the connection's end).
  * Thread safe; at most RPC_SLOTS calls are in flight, more wait. */
 int rpc_call(struct rpc_chan *ch, uint16_t op, const void *req, size_t req_len,

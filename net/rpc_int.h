@@ -27,6 +27,8 @@
 
 _Static_assert(RPC_REQ_HDR == 64 && RPC_REPLY_HDR == 32, "wire header sizes (docs/rpc.md)");
 _Static_assert(RPC_REQ_MAX > RPC_REQ_HDR && RPC_REQ_MAX % 64 == 0, "request buffers");
+_Static_assert(RPC_REQ_INLINE > RPC_REQ_HDR && RPC_REQ_INLINE <= RPC_REQ_MAX &&
+		   RPC_REQ_INLINE % 64 == 0, "server RECV buffers");
 _Static_assert(RPC_RECV_BUF >= 16, "RECV buffers for immediates");
 _Static_assert(RPC_ENTS < (1 << 16), "entry index fits 16 bits of wr_id");
 _Static_assert(RPC_SLOTS <= 256, "slot index fits 8 bits of the immediate");

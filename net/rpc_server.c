@@ -97,16 +97,16 @@ struct rpc_server {
 
 static uint8_t *srv_recv_buf(struct rpc_sconn *sc, uint32_t i)
 {
-	return sc->mem + (size_t)i * RPC_REQ_MAX;
+	return sc->mem + (size_t)i * RPC_REQ_INLINE;
 }
 static uint8_t *srv_reply_buf(struct rpc_sconn *sc, uint32_t i)
 {
-	return sc->mem + (size_t)RPC_SERVER_RECVS * RPC_REQ_MAX + (size_t)i * RPC_REPLY_BUF;
+	return sc->mem + (size_t)RPC_SERVER_RECVS * RPC_REQ_INLINE + (size_t)i * RPC_REPLY_BUF;
 }
 
 static int srv_post_recv(struct rpc_sconn *sc, uint32_t i)
 {
-	return net_post_recv(sc->conn, wr_pack(WR_RECV, i, 0), srv_recv_buf(sc, i), RPC_REQ_MAX,
+	return net_post_recv(sc->conn, wr_pack(WR_RECV, i, 0), srv_recv_buf(sc, i), RPC_REQ_INLINE,
 			     sc->mr->lkey);
 }
 
@@ -221,7 +221,9 @@ static void srv_on_request(struct rpc_sconn *sc, uint32_t idx, uint32_t n)
 		rpc_reply(c, rc, NULL, 0);
 		return;
 	}
-	if (c->h.arg_len > RPC_ARG_MAX) {
+	if (c->h.arg_len > RPC_ARG_MAX ||
+	    ((c->h.flags & RPC_F_SPILLED) &&
+	     (c->h.len || !c->h.arg_len || c->h.arg_len > RPC_REQ_MAX - RPC_REQ_HDR))) {
 		rpc_reply(c, -E2BIG, NULL, 0);
 		return;
 	}
@@ -280,6 +282,11 @@ static void srv_on_wc(struct rpc_sconn *sc, const struct net_wc *wc)
 		if (wc->status) {
 			rpc_reply(&sc->calls[idx], wc->status, NULL, 0);
 			return;
+		}
+		if (sc->calls[idx].h.flags & RPC_F_SPILLED) {
+			/* the pulled bytes are the request body */
+			sc->calls[idx].body = sc->calls[idx].arg;
+			sc->calls[idx].h.len = sc->calls[idx].h.arg_len;
 		}
 		call_enqueue(&sc->calls[idx]);
 		return;
@@ -419,7 +426,7 @@ static void srv_accept_one(struct rpc_listener *L, struct net_conn_req *req)
 		sc->rfree[sc->nrfree++] = (uint16_t)(RPC_SERVER_RECVS - 1 - i);
 	sc->user = user;
 	snprintf(sc->peer, sizeof(sc->peer), "%s", peer ? peer : "?");
-	sc->mem_len = (size_t)RPC_SERVER_RECVS * (RPC_REQ_MAX + RPC_REPLY_BUF);
+	sc->mem_len = (size_t)RPC_SERVER_RECVS * (RPC_REQ_INLINE + RPC_REPLY_BUF);
 	sc->mem = rpc_map_area(sc->mem_len);
 	if (!sc->mem)
 		goto out_reject;
@@ -635,8 +642,10 @@ const void *rpc_call_req(const struct rpc_call *c, size_t *len)
 
 const void *rpc_call_arg(const struct rpc_call *c, size_t *len)
 {
-	*len = c->arg ? c->h.arg_len : 0;
-	return c->arg;
+	bool spilled = c->h.flags & RPC_F_SPILLED; /* its arg is the body */
+
+	*len = c->arg && !spilled ? c->h.arg_len : 0;
+	return spilled ? NULL : c->arg;
 }
 
 struct rpc_sconn *rpc_call_sconn(const struct rpc_call *c)

@@ -193,6 +193,25 @@ Test(rpc, round_trip_and_large_argument)
 	cr_assert_eq(rpc_call(ch, 1, arg, RPC_REQ_MAX, NULL, rep, sizeof(rep), &rl), -EMSGSIZE);
 	cr_assert(rpc_chan_ok(ch));
 
+	/* Bodies around the inline size and up to the largest: the biggest
+	 * that fits the server's RECV buffer, the first that is pulled from
+	 * the client's slot, and the largest.  The handler sees the body,
+	 * whole, and no argument. */
+	static const size_t blen[] = { RPC_REQ_INLINE - RPC_REQ_HDR,
+				       RPC_REQ_INLINE - RPC_REQ_HDR + 1, RPC_REQ_MAX - RPC_REQ_HDR };
+	static uint8_t brep[RPC_REQ_MAX + 16];
+	for (size_t i = 0; i < sizeof(blen) / sizeof(blen[0]); i++) {
+		cr_assert_eq(rpc_call(ch, 1, arg + i, blen[i], NULL, brep, sizeof(brep), &rl), 0,
+			     "body of %zu bytes", blen[i]);
+		cr_assert_eq(rl, 8 + blen[i]);
+		cr_assert_eq(get_u32(brep), 0, "a %zu-byte body showed up as an argument", blen[i]);
+		cr_assert(!memcmp(brep + 8, arg + i, blen[i]), "body of %zu bytes changed",
+			  blen[i]);
+	}
+	/* A pulled body leaves no room for an argument. */
+	cr_assert_eq(rpc_call(ch, 1, arg, RPC_REQ_INLINE, &a, rep, sizeof(rep), &rl), -EMSGSIZE);
+	cr_assert(rpc_chan_ok(ch));
+
 	rpc_chan_unref(ch);
 	net_dereg_mr(mr);
 	free(arg);

@@ -49,14 +49,34 @@ static uint64_t now_s(void)
  * the runs so far).  Less than one of the node's 1 MiB pages, so a single
  * freed page whose blocks stay allocated fails it. */
 #define FILE_SLACK (768ull << 10)
+/* What the node's anonymous memory (heap, arenas, stacks, RPC buffers) may
+ * grow by once the files are gone: its RSS is to follow live data.  A
+ * connection's 128 request buffers of 512 B and one malloc arena: +76 KiB
+ * in this test; 4 KiB request buffers and per-thread arenas: +408 KiB here
+ * (600-740 KiB after ten rounds of 1 GiB), whatever the data. */
+#define NODE_ANON_SLACK (256ull << 10)
+
+/* The embedded node's anonymous memory, in bytes. */
+static uint64_t node_anon(void)
+{
+	char out[64];
+
+	sh_out(out, sizeof(out),
+	       "awk '/^Anonymous:/ { print $2 }' /proc/$(pgrep -f -- '--backing %s/data/region' | "
+	       "head -1)/smaps_rollup",
+	       T);
+	cr_assert(out[0] >= '0' && out[0] <= '9', "no memory node found for %s", T);
+	return strtoull(out, NULL, 10) << 10;
+}
 
 Test(space, rm_gives_space_back_while_mounted)
 {
-	uint64_t used0, blocks0, used_full, used = 0, blocks = 0, deadline;
+	uint64_t used0, blocks0, anon0, anon, used_full, used = 0, blocks = 0, deadline;
 
 	cr_assert_eq(up(NULL), 0);
 	used0 = df_used();
 	blocks0 = region_blocks();
+	anon0 = node_anon();
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(sh("head -c %llu /dev/urandom > %s/big%d", 48 * MiB, MNT, i), 0);
 	cr_assert_eq(sh("sync %s/big0", MNT), 0);
@@ -77,6 +97,12 @@ Test(space, rm_gives_space_back_while_mounted)
 	cr_assert_leq(blocks, blocks0 + FILE_SLACK,
 		      "backing file holds %llu KiB after rm, %llu KiB empty",
 		      (unsigned long long)(blocks >> 10), (unsigned long long)(blocks0 >> 10));
+	anon = node_anon();
+	fprintf(stderr, "space: node anonymous memory %llu KiB empty, %llu KiB after rm\n",
+		(unsigned long long)(anon0 >> 10), (unsigned long long)(anon >> 10));
+	cr_assert_leq(anon, anon0 + NODE_ANON_SLACK,
+		      "node anonymous memory %llu KiB after rm, %llu KiB empty",
+		      (unsigned long long)(anon >> 10), (unsigned long long)(anon0 >> 10));
 	down();
 }
 
