@@ -12,12 +12,14 @@
  *                pd->context == cm_id->verbs, so the domain takes its context
  *                from librdmacm rather than opening a second one.
  *   reg_mr       ibv_reg_mr() with NET_ACCESS_* mapped to IBV_ACCESS_*.
- *   grant        a second ibv_reg_mr() of the sub-range with only the granted
- *                remote access.  Its rkey is valid PD-wide (any QP of the
- *                domain), not per connection: type-2 memory windows
- *                (ibv_alloc_mw + IBV_WR_BIND_MW) would bind it to one QP.
- *                The conn remembers its grants and deregisters them on
- *                revoke or close, so the lifetime is per connection.
+ *   grant        a type-2 memory window (ibv_alloc_mw) bound to the sub-range
+ *                with only the granted remote access by an IBV_WR_BIND_MW on
+ *                the conn's own QP: its rkey is valid on that QP only, so
+ *                another connection of the same node cannot use it.  On a
+ *                device without memory windows (attr.max_mw == 0, e.g. siw)
+ *                a second ibv_reg_mr() of the sub-range instead, whose rkey
+ *                is valid PD-wide (logged once).  Revoke or close deallocates
+ *                the window (or deregisters).
  *   listen       rdma_create_event_channel, rdma_create_id(RDMA_PS_TCP),
  *                rdma_bind_addr, rdma_listen; net_listener_fd = channel fd.
  *   get_request  RDMA_CM_EVENT_CONNECT_REQUEST on the listener's channel.
@@ -345,6 +347,11 @@ static int nrdma_domain_create(struct net_domain **out)
 	rc = -pthread_rwlock_init(&d->mr_lock, NULL);
 	if (rc)
 		goto out_dealloc_pd;
+	d->use_mw = d->attr.max_mw > 0;
+	if (!d->use_mw)
+		dkv_warn("rdma: %s has no memory windows: a grant's rkey is valid on every "
+			 "connection of this process, not only its own",
+			 ibv_get_device_name(d->ctx->device));
 	dkv_debug("rdma: domain on %s", ibv_get_device_name(d->ctx->device));
 	rdma_free_devices(list);
 	*out = &d->head;
@@ -392,7 +399,9 @@ static int nrdma_reg_mr(struct net_domain *nd, void *addr, size_t len, int fd, u
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->mr = ibv_reg_mr(d->pd, addr, len, nrdma_access(access));
+	/* MW_BIND: grants bind memory windows to parts of it */
+	m->mr = ibv_reg_mr(d->pd, addr, len,
+			   nrdma_access(access) | (d->use_mw ? IBV_ACCESS_MW_BIND : 0));
 	if (!m->mr) {
 		rc = nrdma_ptr_err(ENOMEM);
 		dkv_err("rdma: ibv_reg_mr(%zu bytes): %s", len, dkv_strerror(rc));
@@ -497,6 +506,7 @@ static void nrdma_slot_put(struct nrdma_conn *c, uint32_t idx)
 	pthread_mutex_lock(&c->slot_lock);
 	c->slots[idx].used = 0;
 	c->slots[idx].fail = 0;
+	c->slots[idx].internal = 0;
 	if (idx < c->nsend)
 		c->free_send[c->nfree_send++] = idx;
 	else
@@ -613,6 +623,14 @@ static bool nrdma_wc_convert(struct nrdma_conn *c, const struct ibv_wc *w, struc
 		return false;
 	}
 	s = &c->slots[w->wr_id];
+	if (s->internal) {
+		/* a window bind: nothing to report; a failure breaks the conn */
+		if (w->status != IBV_WC_SUCCESS && atomic_exchange(&c->ok, false))
+			dkv_warn("rdma: %s: binding a grant: %s", c->peer,
+				 ibv_wc_status_str(w->status));
+		nrdma_slot_put(c, (uint32_t)w->wr_id);
+		return false;
+	}
 	out->wr_id = s->wr_id;
 	out->status = nrdma_wc_status_err(w->status);
 	out->op = s->op;
@@ -822,6 +840,39 @@ static int nrdma_conn_fd(const struct net_conn *nc)
 	return NRDMA_OF(nc, const struct nrdma_conn, head)->epfd;
 }
 
+/* Bind g's window to [addr, addr+len) of m with access, on c's QP.  The
+ * bind is a send WR: RC order puts it before anything posted after it, so
+ * the rkey works by the time the peer can have learned it. */
+static int nrdma_bind(struct nrdma_conn *c, struct nrdma_grant *g, struct nrdma_mr *m, void *addr,
+		      size_t len, unsigned access)
+{
+	struct net_wr wr = {.op = NET_WR_WRITE};
+	struct ibv_send_wr sw = {.opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr *bad;
+	uint32_t idx;
+	int rc;
+
+	rc = nrdma_slot_get(c, false, &wr, &idx);
+	if (rc)
+		return rc;
+	c->slots[idx].internal = 1;
+	sw.wr_id = idx;
+	sw.bind_mw.mw = g->mw;
+	sw.bind_mw.rkey = ibv_inc_rkey(g->mw->rkey);
+	sw.bind_mw.bind_info.mr = m->mr;
+	sw.bind_mw.bind_info.addr = (uintptr_t)addr;
+	sw.bind_mw.bind_info.length = len;
+	sw.bind_mw.bind_info.mw_access_flags =
+	    nrdma_access(access) & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	rc = nrdma_rc(ibv_post_send(c->id->qp, &sw, &bad));
+	if (rc) {
+		nrdma_slot_put(c, idx);
+		return rc;
+	}
+	g->rkey = sw.bind_mw.rkey;
+	return 0;
+}
+
 int nrdma_grant(struct net_conn *nc, struct net_mr *pub, void *addr, size_t len, unsigned access,
 		uint32_t *rkey)
 {
@@ -840,21 +891,35 @@ int nrdma_grant(struct net_conn *nc, struct net_mr *pub, void *addr, size_t len,
 	g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
-	/* PD-wide, not per QP: see the file header (memory windows). */
-	g->mr = ibv_reg_mr(c->d->pd, addr, len, nrdma_access(access));
-	if (!g->mr) {
-		rc = nrdma_ptr_err(ENOMEM);
-		free(g);
-		return rc;
+	if (c->d->use_mw) {
+		g->mw = ibv_alloc_mw(c->d->pd, IBV_MW_TYPE_2);
+		rc = g->mw ? nrdma_bind(c, g, m, addr, len, access) : nrdma_ptr_err(ENOMEM);
+		if (rc) {
+			if (g->mw)
+				ibv_dealloc_mw(g->mw);
+			free(g);
+			return rc;
+		}
+	} else {
+		/* PD-wide, not per QP: see the file header. */
+		g->mr = ibv_reg_mr(c->d->pd, addr, len, nrdma_access(access));
+		if (!g->mr) {
+			rc = nrdma_ptr_err(ENOMEM);
+			free(g);
+			return rc;
+		}
+		g->rkey = g->mr->rkey;
 	}
 	pthread_mutex_lock(&c->grant_lock);
 	g->next = c->grants;
 	c->grants = g;
 	pthread_mutex_unlock(&c->grant_lock);
-	*rkey = g->mr->rkey;
+	*rkey = g->rkey;
 	return 0;
 }
 
+/* Deallocating a window invalidates it at once (as deregistering does);
+ * the NIC touches the memory through it no more after it returns. */
 static int nrdma_revoke(struct net_conn *nc, uint32_t rkey)
 {
 	struct nrdma_conn *c = NRDMA_OF(nc, struct nrdma_conn, head);
@@ -863,7 +928,7 @@ static int nrdma_revoke(struct net_conn *nc, uint32_t rkey)
 
 	pthread_mutex_lock(&c->grant_lock);
 	for (pp = &c->grants; *pp; pp = &(*pp)->next) {
-		if ((*pp)->mr->rkey == rkey) {
+		if ((*pp)->rkey == rkey) {
 			g = *pp;
 			*pp = g->next;
 			break;
@@ -872,14 +937,11 @@ static int nrdma_revoke(struct net_conn *nc, uint32_t rkey)
 	pthread_mutex_unlock(&c->grant_lock);
 	if (!g)
 		return -EINVAL;
-	rc = nrdma_rc(ibv_dereg_mr(g->mr));
+	rc = nrdma_rc(g->mw ? ibv_dealloc_mw(g->mw) : ibv_dereg_mr(g->mr));
 	free(g);
 	return rc;
 }
 
-/* Fault injection in the backend, not the NIC: delay sleeps before each
- * post, fail_nth posts a zero-length WRITE in the WR's place and reports
- * -EIO for it, drop_after disconnects after that post. */
 static int nrdma_set_fault(struct net_conn *nc, const struct net_fault *f)
 {
 	struct nrdma_conn *c = NRDMA_OF(nc, struct nrdma_conn, head);

@@ -133,7 +133,10 @@ static void nrdma_conn_destroy(struct nrdma_conn *c)
 	}
 	for (g = c->grants; g; g = next) {
 		next = g->next;
-		ibv_dereg_mr(g->mr);
+		if (g->mw)
+			ibv_dealloc_mw(g->mw);
+		else
+			ibv_dereg_mr(g->mr);
 		free(g);
 	}
 	if (c->cq)

@@ -58,6 +58,7 @@ struct nrdma_domain {
 	struct ibv_context *ctx; /* librdmacm's; not ours to close */
 	struct ibv_pd *pd;
 	struct ibv_device_attr attr;
+	bool use_mw; /* grants are memory windows (attr.max_mw > 0) */
 	pthread_rwlock_t mr_lock; /* protects mrs */
 	struct nrdma_mr *mrs;
 };
@@ -89,11 +90,16 @@ struct nrdma_slot {
 	uint8_t op; /* enum net_wc_op */
 	uint8_t used;
 	uint8_t fail; /* fault injection: report -EIO whatever the NIC says */
+	uint8_t internal; /* the backend's own WR (a memory-window bind): not reported */
 };
 
+/* A grant: a type-2 memory window bound on the conn's QP (rkey valid on that
+ * QP only), or where the device has none, a registration (PD-wide). */
 struct nrdma_grant {
 	struct nrdma_grant *next;
+	struct ibv_mw *mw;
 	struct ibv_mr *mr;
+	uint32_t rkey;
 };
 
 struct nrdma_conn {

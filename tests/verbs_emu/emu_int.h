@@ -38,7 +38,12 @@
  *   - deregistration waits for any access in progress (an rwlock), so after
  *     ibv_dereg_mr returns the memory is never touched again.
  *
- * Not emulated: SRQs, UD/UC QPs, atomics, memory windows, inline data,
+ *   - type-2 memory windows: IBV_WR_BIND_MW binds one to a range of an MR
+ *     registered with IBV_ACCESS_MW_BIND, on the posting QP; its rkey then
+ *     works on that QP only (IBV_WC_REM_ACCESS_ERR on any other), until
+ *     ibv_dealloc_mw; an MR with windows bound cannot be deregistered.
+ *
+ * Not emulated: SRQs, UD/UC QPs, atomics, type-1 windows, inline data,
  * more than EMU_MAX_SGE SGEs, CQ resize, async events.
  *
  * Global state is the device itself (one per process, as a NIC is);
@@ -79,6 +84,7 @@ enum emu_msg_type {
 	EMU_READ_RESP,	/* payload: the data */
 	EMU_ACK,
 	EMU_NAK, /* status: the requester's ibv_wc_status */
+	EMU_NOP, /* answered with an ACK: orders a local WR (a bind) among the rest */
 };
 
 struct emu_hdr {
@@ -102,9 +108,19 @@ struct emu_msg {
 /* ---- objects ---- */
 
 struct emu_mr {
-	struct ibv_mr pub;
+	struct ibv_mr pub; /* a window's: pd, addr, length and its key */
 	int access;
 	struct emu_mr *hnext; /* key hash chain, under emu's mr lock */
+	bool is_mw;
+	struct ibv_qp *qp;    /* window: the QP it is bound on */
+	struct emu_mr *base;  /* window: the MR it is bound to */
+	int mw_binds;	      /* MR: windows bound to it */
+};
+
+struct emu_mw {
+	struct ibv_mw pub;
+	struct emu_mr ent; /* in the key table while bound */
+	bool bound;
 };
 
 struct emu_cq {
@@ -164,6 +180,7 @@ int64_t emu_now_ns(void);
 struct emu_mr *emu_mr_find(uint32_t key); /* caller holds emu_mr_rdlock */
 void emu_mr_rdlock(void);
 void emu_mr_unlock(void);
+enum ibv_wc_status emu_bind_mw(struct emu_qp *qp, const struct ibv_send_wr *wr);
 void emu_cq_push(struct emu_cq *cq, const struct ibv_wc *wc);
 bool emu_sge_ok(struct ibv_pd *pd, const struct ibv_sge *sg, int n, int need_access,
 		uint32_t *total);

@@ -20,6 +20,8 @@ static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 static int emu_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int emu_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 static int emu_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+static struct ibv_mw *emu_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+static int emu_dealloc_mw(struct ibv_mw *mw);
 
 static struct ibv_device emu_dev = {
     .node_type = IBV_NODE_CA,
@@ -36,6 +38,8 @@ struct ibv_context emu_ctx = {
 	    .req_notify_cq = emu_req_notify_cq,
 	    .post_send = emu_post_send,
 	    .post_recv = emu_post_recv,
+	    .alloc_mw = emu_alloc_mw,
+	    .dealloc_mw = emu_dealloc_mw,
 	},
     .cmd_fd = -1,
     .async_fd = -1,
@@ -103,7 +107,7 @@ bool emu_sge_ok(struct ibv_pd *pd, const struct ibv_sge *sg, int n, int need_acc
 	for (i = 0; i < n; i++) {
 		struct emu_mr *m = emu_mr_find(sg[i].lkey);
 
-		if (!m || m->pub.pd != pd || !emu_mr_covers(m, sg[i].addr, sg[i].length) ||
+		if (!m || m->is_mw || m->pub.pd != pd || !emu_mr_covers(m, sg[i].addr, sg[i].length) ||
 		    (m->access & need_access) != need_access)
 			return false;
 		sum += sg[i].length;
@@ -157,6 +161,7 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 	attr->max_cqe = EMU_MAX_CQE;
 	attr->max_mr = 1 << 20;
 	attr->max_pd = 1 << 16;
+	attr->max_mw = 1 << 16;
 	attr->max_qp_rd_atom = EMU_MAX_RD_ATOM;
 	attr->max_qp_init_rd_atom = EMU_MAX_RD_ATOM;
 	attr->phys_port_cnt = 1;
@@ -196,6 +201,36 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 
 /* ---- memory registration ---- */
 
+/* A key no registration or window holds, its low 8 bits 0 (a window's
+ * tag, as ibv_inc_rkey counts it).  Caller holds mr_lock for writing. */
+static uint32_t emu_new_key(void)
+{
+	uint32_t k;
+
+	emu_init();
+	do {
+		mr_next_key = mr_next_key * 1103515245u + 12345u;
+		k = mr_next_key & ~0xffu;
+	} while (!k || emu_mr_find(k));
+	return k;
+}
+
+static void emu_key_insert(struct emu_mr *m)
+{
+	m->hnext = mr_hash[m->pub.rkey % EMU_MR_BUCKETS];
+	mr_hash[m->pub.rkey % EMU_MR_BUCKETS] = m;
+}
+
+static void emu_key_remove(struct emu_mr *m)
+{
+	struct emu_mr **pp;
+
+	for (pp = &mr_hash[m->pub.rkey % EMU_MR_BUCKETS]; *pp && *pp != m; pp = &(*pp)->hnext)
+		;
+	if (*pp)
+		*pp = m->hnext;
+}
+
 static struct ibv_mr *emu_reg(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	uintptr_t a = (uintptr_t)addr, page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -227,13 +262,8 @@ static struct ibv_mr *emu_reg(struct ibv_pd *pd, void *addr, size_t length, int 
 	m->pub.length = length;
 	m->access = access;
 	pthread_rwlock_wrlock(&mr_lock);
-	emu_init();
-	do {
-		mr_next_key = mr_next_key * 1103515245u + 12345u;
-	} while (!mr_next_key || emu_mr_find(mr_next_key));
-	m->pub.lkey = m->pub.rkey = mr_next_key;
-	m->hnext = mr_hash[mr_next_key % EMU_MR_BUCKETS];
-	mr_hash[mr_next_key % EMU_MR_BUCKETS] = m;
+	m->pub.lkey = m->pub.rkey = emu_new_key();
+	emu_key_insert(m);
 	pd->handle++;
 	pthread_rwlock_unlock(&mr_lock);
 	return &m->pub;
@@ -258,20 +288,113 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 /* Takes the key table's write lock: waits for any access in progress. */
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
-	struct emu_mr *m = (struct emu_mr *)mr, **pp;
+	struct emu_mr *m = (struct emu_mr *)mr;
 
 	pthread_rwlock_wrlock(&mr_lock);
-	for (pp = &mr_hash[mr->lkey % EMU_MR_BUCKETS]; *pp && *pp != m; pp = &(*pp)->hnext)
-		;
-	if (!*pp) {
+	if (emu_mr_find(mr->lkey) != m || m->is_mw || m->mw_binds) {
+		bool busy = emu_mr_find(mr->lkey) == m && m->mw_binds;
+
 		pthread_rwlock_unlock(&mr_lock);
-		return EINVAL;
+		return busy ? EBUSY : EINVAL; /* EBUSY: windows still bound to it */
 	}
-	*pp = m->hnext;
+	emu_key_remove(m);
 	mr->pd->handle--;
 	pthread_rwlock_unlock(&mr_lock);
 	free(m);
 	return 0;
+}
+
+/* ---- type-2 memory windows ---- */
+
+static struct ibv_mw *emu_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct emu_mw *mw;
+
+	if (type != IBV_MW_TYPE_2) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	mw->pub.context = pd->context;
+	mw->pub.pd = pd;
+	mw->pub.type = type;
+	mw->ent.is_mw = true;
+	mw->ent.pub.pd = pd;
+	/* in the key table from the start (no access yet), so no other key
+	 * takes its index */
+	pthread_rwlock_wrlock(&mr_lock);
+	mw->pub.rkey = mw->ent.pub.lkey = mw->ent.pub.rkey = emu_new_key();
+	emu_key_insert(&mw->ent);
+	pd->handle++;
+	pthread_rwlock_unlock(&mr_lock);
+	return &mw->pub;
+}
+
+static void emu_unbind(struct emu_mw *mw)
+{
+	if (!mw->bound)
+		return;
+	mw->ent.base->mw_binds--;
+	mw->ent.access = 0;
+	mw->ent.qp = NULL;
+	mw->bound = false;
+}
+
+/* Invalidates at once: no access through it after this returns. */
+static int emu_dealloc_mw(struct ibv_mw *pub)
+{
+	struct emu_mw *mw = (struct emu_mw *)pub;
+
+	pthread_rwlock_wrlock(&mr_lock);
+	emu_unbind(mw);
+	emu_key_remove(&mw->ent);
+	pub->pd->handle--;
+	pthread_rwlock_unlock(&mr_lock);
+	free(mw);
+	return 0;
+}
+
+/* IBV_WR_BIND_MW on qp: the window covers [addr, addr+length) of the MR
+ * with the remote access asked, under the new rkey (same index, any tag),
+ * for remote accesses arriving on this QP only. */
+enum ibv_wc_status emu_bind_mw(struct emu_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct emu_mw *mw = (struct emu_mw *)wr->bind_mw.mw;
+	const struct ibv_mw_bind_info *bi = &wr->bind_mw.bind_info;
+	struct emu_mr *base;
+	int acc = (int)bi->mw_access_flags;
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+	pthread_rwlock_wrlock(&mr_lock);
+	base = bi->mr ? emu_mr_find(bi->mr->lkey) : NULL;
+	if (!mw || mw->pub.type != IBV_MW_TYPE_2 || mw->pub.pd != qp->pub.pd || !base ||
+	    &base->pub != bi->mr || base->is_mw || base->pub.pd != qp->pub.pd ||
+	    !(base->access & IBV_ACCESS_MW_BIND) ||
+	    (acc & ~(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)) ||
+	    ((acc & IBV_ACCESS_REMOTE_WRITE) && !(base->access & IBV_ACCESS_LOCAL_WRITE)) ||
+	    !emu_mr_covers(base, bi->addr, bi->length) ||
+	    (wr->bind_mw.rkey & ~0xffu) != (mw->pub.rkey & ~0xffu)) {
+		st = IBV_WC_MW_BIND_ERR;
+	} else {
+		emu_unbind(mw);
+		emu_key_remove(&mw->ent);
+		mw->ent.pub.addr = (void *)(uintptr_t)bi->addr;
+		mw->ent.pub.length = bi->length;
+		mw->ent.pub.lkey = mw->ent.pub.rkey = wr->bind_mw.rkey;
+		mw->ent.access = acc;
+		mw->ent.qp = &qp->pub;
+		mw->ent.base = base;
+		base->mw_binds++;
+		emu_key_insert(&mw->ent);
+		mw->pub.rkey = wr->bind_mw.rkey;
+		mw->bound = true;
+	}
+	pthread_rwlock_unlock(&mr_lock);
+	return st;
 }
 
 /* ---- completion channels and queues ---- */
@@ -508,6 +631,8 @@ static enum ibv_wc_opcode emu_send_wc_op(enum ibv_wr_opcode op)
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		return IBV_WC_RDMA_WRITE;
+	case IBV_WR_BIND_MW:
+		return IBV_WC_BIND_MW;
 	default:
 		return IBV_WC_SEND;
 	}
@@ -576,7 +701,9 @@ static int emu_post_one(struct emu_qp *qp, const struct ibv_send_wr *wr)
 		return EINVAL;
 	if (wr->num_sge < 0 || wr->num_sge > (int)qp->cap.max_send_sge ||
 	    (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_RDMA_WRITE &&
-	     wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM && wr->opcode != IBV_WR_RDMA_READ))
+	     wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM && wr->opcode != IBV_WR_RDMA_READ &&
+	     wr->opcode != IBV_WR_BIND_MW) ||
+	    (wr->opcode == IBV_WR_BIND_MW && wr->num_sge))
 		return EINVAL;
 	if (qp->sq_n == qp->cap.max_send_wr)
 		return ENOMEM;
@@ -597,6 +724,20 @@ static int emu_post_one(struct emu_qp *qp, const struct ibv_send_wr *wr)
 	if (qp->sq_n == 0)
 		qp->progress_ns = emu_now_ns();
 	qp->sq_n++;
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		/* done here; a NOP the peer acknowledges keeps its completion
+		 * in order with the WRs before it */
+		enum ibv_wc_status st = emu_bind_mw(qp, wr);
+
+		if (st != IBV_WC_SUCCESS) {
+			emu_qp_error(qp, s->seq, st);
+			return 0;
+		}
+		h.type = EMU_NOP;
+		h.seq = s->seq;
+		emu_link_send(qp->link, &h, NULL);
+		return 0;
+	}
 	emu_mr_rdlock();
 	ok = emu_sge_ok(qp->pub.pd, s->sge, s->num_sge,
 			wr->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0, &len);

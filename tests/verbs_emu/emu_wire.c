@@ -177,8 +177,9 @@ static bool emu_rkey_ok(struct emu_qp *qp, const struct emu_hdr *h, int access)
 
 	if (h->len == 0 && h->type != EMU_READ_REQ)
 		return true; /* a zero-length WRITE checks no rkey (IB spec C9-88) */
-	if (!m || m->pub.pd != qp->pub.pd || !(m->access & access))
-		return false;
+	if (!m || m->pub.pd != qp->pub.pd || !(m->access & access) ||
+	    (m->is_mw && m->qp != &qp->pub))
+		return false; /* a window works on the QP it is bound on only */
 	base = (uintptr_t)m->pub.addr;
 	return h->raddr >= base && h->len <= m->pub.length && h->raddr - base <= m->pub.length - h->len;
 }
@@ -257,6 +258,10 @@ static bool emu_execute(struct emu_qp *qp, const struct emu_msg *m)
 		return false;
 	if (h->type == EMU_SEND) {
 		emu_consume_recv(qp, m);
+		return true;
+	}
+	if (h->type == EMU_NOP) {
+		emu_answer(qp, EMU_ACK, h->seq, 0, NULL, 0);
 		return true;
 	}
 	emu_mr_rdlock();
@@ -356,6 +361,8 @@ static void emu_complete(struct emu_qp *qp, const struct emu_msg *m)
 			return;
 		}
 		op = IBV_WC_RDMA_READ;
+	} else if (s->opcode == IBV_WR_BIND_MW) {
+		op = IBV_WC_BIND_MW;
 	} else if (s->opcode != IBV_WR_SEND) {
 		op = IBV_WC_RDMA_WRITE;
 	}
@@ -445,6 +452,7 @@ static void *emu_rx_main(void *arg)
 		case EMU_WRITE:
 		case EMU_WRITE_IMM:
 		case EMU_READ_REQ:
+		case EMU_NOP:
 			if (!qp) {
 				free(m->data);
 				free(m);
