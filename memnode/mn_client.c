@@ -13,7 +13,8 @@
  * Locking: c->lock protects ch, info and the extent table; it is held
  * across a reconnect (so concurrent callers wait for one reconnect rather
  * than racing) and across an extent refresh, never across data I/O.
- * c->block protects the registered-buffer list.
+ * c->block protects the registered-buffer list (mn_client_buf.c; the
+ * state struct is in mn_client_priv.h).
  */
 #include "memnode/mn_client.h"
 #include "memnode/mn_health.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,280 +32,16 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "memnode/mn_client_int.h"
+#include "memnode/mn_client_priv.h"
 #include "memnode/mn_proto.h"
 #include "memnode/mn_server.h"
 #include "net/rpc.h"
-
-#define MN_DEFAULT_TIMEOUT 5000
-
-struct mn_ext {
-	uint64_t off, len;
-	uint32_t rkey;
-	unsigned access;
-};
-
-/* A bounce buffer in flight (pool memory + its registration). */
-struct mn_buf {
-	void *p;
-	size_t len;
-	struct net_mr *mr;
-};
-
-/* A registered area: a pool chunk (cls >= 0, carved into buffers of one size
- * class) or one large buffer (cls -1).  Sorted by address for lookups. */
-struct mn_area {
-	uintptr_t addr;
-	size_t len;
-	struct net_mr *mr;
-	int cls;
-};
-
-#define POOL_MIN_SHIFT 12                  /* 4 KiB */
-#define POOL_MAX_SHIFT 20                  /* 1 MiB */
-#define POOL_CLASSES   (POOL_MAX_SHIFT - POOL_MIN_SHIFT + 1)
-#define POOL_CHUNK_MIN (256u << 10)
-
-struct mn_client {
-	struct mn_client_opts o;
-	char *addr, *volume;
-	uint8_t token[MN_TOKEN_MAX];
-	char conn_addr[128];
-	enum net_kind kind;
-	struct net_domain *dom;
-	uint64_t lease_secret;     /* issued with our writer lease: a reconnect takes it back */
-
-	pthread_mutex_t lock;      /* everything below up to block */
-	struct rpc_chan *ch;
-	uint64_t base;             /* region's address in the node */
-	struct mn_volume_info info;
-	struct mn_ext *ext;
-	size_t next, extcap;
-	struct net_stats closed;   /* counters of past connections */
-
-	pthread_mutex_t block;     /* the registered-buffer pool */
-	struct mn_area *areas;
-	size_t nareas, areacap;
-	void *freel[POOL_CLASSES]; /* free buffers, linked through their first word */
-	uintptr_t *doubt;          /* args of timed-out calls the node may still READ */
-	size_t ndoubt, doubtcap;
-
-	struct mn_health health;   /* fail fast while the node does not answer */
-	bool health_on;            /* set once open succeeded */
-};
 
 static int map_err(int rc)
 {
 	if (rc == -ECANCELED || rc == -ECONNRESET || rc == -ENOTCONN || rc == -EPIPE)
 		return -EIO;
 	return rc;
-}
-
-/* ------------------------------------------------------- registered bufs */
-/*
- * Buffers up to 1 MiB come from per-size-class pools of registered chunks
- * (power-of-two classes from 4 KiB, page aligned), so mn_buf_alloc, bounce
- * copies and lookups cost no registration; larger ones are mapped and
- * registered one by one.  Chunks stay registered until mn_client_close.
- * Lookups (is this pointer registered, under which key?) binary-search the
- * few areas.  All under c->block.
- */
-
-static int pool_class(size_t len)
-{
-	int cls = 0;
-
-	while (((size_t)1 << (POOL_MIN_SHIFT + cls)) < len)
-		cls++;
-	return cls;
-}
-
-/* Index of the area holding address a, or -1. Lock held. */
-static ssize_t area_find(struct mn_client *c, uintptr_t a)
-{
-	size_t lo = 0, hi = c->nareas;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (a < c->areas[mid].addr)
-			hi = mid;
-		else if (a >= c->areas[mid].addr + c->areas[mid].len)
-			lo = mid + 1;
-		else
-			return (ssize_t)mid;
-	}
-	return -1;
-}
-
-/* Map and register len bytes as a new area. Lock held. */
-static void *area_new(struct mn_client *c, size_t len, int cls)
-{
-	struct mn_area ar = { 0, len, NULL, cls };
-	void *p;
-	size_t i;
-
-	if (c->nareas == c->areacap) {
-		size_t nc = c->areacap ? c->areacap * 2 : 16;
-		struct mn_area *na = realloc(c->areas, nc * sizeof(*na));
-		if (!na)
-			return NULL;
-		c->areas = na;
-		c->areacap = nc;
-	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	if (net_reg_mr(c->dom, p, len, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &ar.mr)) {
-		munmap(p, len);
-		return NULL;
-	}
-	ar.addr = (uintptr_t)p;
-	for (i = c->nareas; i > 0 && c->areas[i - 1].addr > ar.addr; i--)
-		c->areas[i] = c->areas[i - 1];
-	c->areas[i] = ar;
-	c->nareas++;
-	return p;
-}
-
-static void area_del(struct mn_client *c, size_t i)
-{
-	net_dereg_mr(c->areas[i].mr);
-	munmap((void *)c->areas[i].addr, c->areas[i].len);
-	memmove(&c->areas[i], &c->areas[i + 1], (c->nareas - i - 1) * sizeof(*c->areas));
-	c->nareas--;
-}
-
-static void *pool_alloc(struct mn_client *c, size_t len)
-{
-	void *p = NULL;
-	int cls;
-
-	if (!len)
-		len = 1;
-	pthread_mutex_lock(&c->block);
-	if (len > ((size_t)1 << POOL_MAX_SHIFT)) {
-		p = area_new(c, (len + 4095) & ~(size_t)4095, -1);
-		goto out;
-	}
-	cls = pool_class(len);
-	if (!c->freel[cls]) {
-		size_t bsz = (size_t)1 << (POOL_MIN_SHIFT + cls);
-		size_t csz = bsz * 4 > POOL_CHUNK_MIN ? bsz * 4 : POOL_CHUNK_MIN;
-		uint8_t *chunk = area_new(c, csz, cls);
-		if (!chunk)
-			goto out;
-		for (size_t o = csz; o >= bsz; o -= bsz) {
-			*(void **)(chunk + o - bsz) = c->freel[cls];
-			c->freel[cls] = chunk + o - bsz;
-		}
-	}
-	p = c->freel[cls];
-	c->freel[cls] = *(void **)p;
-out:
-	pthread_mutex_unlock(&c->block);
-	return p;
-}
-
-/* The registration of [p, p+len) if all of it is registered, else NULL. */
-static struct net_mr *buf_find(struct mn_client *c, const void *p, size_t len)
-{
-	struct net_mr *mr = NULL;
-	uintptr_t a = (uintptr_t)p;
-	ssize_t i;
-
-	pthread_mutex_lock(&c->block);
-	i = area_find(c, a);
-	if (i >= 0 && len <= c->areas[i].addr + c->areas[i].len - a)
-		mr = c->areas[i].mr;
-	pthread_mutex_unlock(&c->block);
-	return mr;
-}
-
-void *mn_buf_alloc(struct mn_client *c, size_t len)
-{
-	return pool_alloc(c, len);
-}
-
-/* Remember that the node may still READ the argument at a: a call using it
- * timed out.  If the list cannot grow the buffer is at worst reused early,
- * as before this list existed. */
-static void buf_doubt(struct mn_client *c, const void *a)
-{
-	pthread_mutex_lock(&c->block);
-	if (c->ndoubt == c->doubtcap) {
-		size_t cap = c->doubtcap ? 2 * c->doubtcap : 8;
-		uintptr_t *d = realloc(c->doubt, cap * sizeof(*d));
-
-		if (d) {
-			c->doubt = d;
-			c->doubtcap = cap;
-		}
-	}
-	if (c->ndoubt < c->doubtcap)
-		c->doubt[c->ndoubt++] = (uintptr_t)a;
-	pthread_mutex_unlock(&c->block);
-}
-
-/* Whether [p, p+len) holds the argument of a timed-out call (forgotten
- * then: the buffer is leaked, never reused).  c->block held. */
-static bool buf_in_doubt(struct mn_client *c, uintptr_t p, size_t len)
-{
-	for (size_t k = 0; k < c->ndoubt; k++) {
-		if (c->doubt[k] - p < len) {
-			c->doubt[k] = c->doubt[--c->ndoubt];
-			return true;
-		}
-	}
-	return false;
-}
-
-/* A buffer whose call timed out is leaked rather than reused: the node may
- * still READ it (the request is in flight), and must not see another
- * caller's bytes there (a compaction request naming other tables). */
-void mn_buf_free(struct mn_client *c, void *p)
-{
-	ssize_t i;
-
-	if (!p)
-		return;
-	pthread_mutex_lock(&c->block);
-	i = area_find(c, (uintptr_t)p);
-	if (i >= 0 && c->ndoubt &&
-	    buf_in_doubt(c, (uintptr_t)p,
-			 c->areas[i].cls >= 0 ? (size_t)1 << (POOL_MIN_SHIFT + c->areas[i].cls)
-					      : c->areas[i].len)) {
-		/* leaked */
-	} else if (i >= 0 && c->areas[i].cls >= 0) {
-		*(void **)p = c->freel[c->areas[i].cls];
-		c->freel[c->areas[i].cls] = p;
-	} else if (i >= 0 && c->areas[i].addr == (uintptr_t)p) {
-		area_del(c, (size_t)i);
-	}
-	pthread_mutex_unlock(&c->block);
-}
-
-static struct mn_buf *buf_new(struct mn_client *c, size_t len)
-{
-	struct mn_buf *b = malloc(sizeof(*b));
-
-	if (!b)
-		return NULL;
-	b->p = pool_alloc(c, len);
-	b->mr = b->p ? buf_find(c, b->p, len) : NULL;
-	if (!b->mr) {
-		mn_buf_free(c, b->p);
-		free(b);
-		return NULL;
-	}
-	b->len = len;
-	return b;
-}
-
-static void buf_del(struct mn_client *c, struct mn_buf *b)
-{
-	if (!b)
-		return;
-	mn_buf_free(c, b->p);
-	free(b);
 }
 
 /* ------------------------------------------------------------ extents */
@@ -728,7 +464,7 @@ void mn_client_close(struct mn_client *c)
 	chan_drop(c);
 	pthread_mutex_unlock(&c->lock);
 	while (c->nareas)
-		area_del(c, c->nareas - 1);
+		mnc_area_del(c, c->nareas - 1);
 	free(c->areas);
 	free(c->doubt);
 	free(c->ext);
@@ -771,9 +507,9 @@ int mn_call_timeout(struct mn_client *c, uint16_t op, const void *req, size_t re
 	if (rc)
 		return rc;
 	if (arg_len) {
-		mr = buf_find(c, arg, arg_len);
+		mr = mnc_buf_find(c, arg, arg_len);
 		if (!mr) {
-			bounce = buf_new(c, arg_len);
+			bounce = mnc_buf_new(c, arg_len);
 			if (!bounce) {
 				rpc_chan_unref(ch);
 				return -ENOMEM;
@@ -790,9 +526,9 @@ int mn_call_timeout(struct mn_client *c, uint16_t op, const void *req, size_t re
 	if (rc == -ETIMEDOUT && !timeout_ms && c->health_on)
 		mn_health_mark_down(&c->health, "a request timed out");
 	if (rc != -ETIMEDOUT) /* else the node may still READ it: leak it */
-		buf_del(c, bounce);
+		mnc_buf_del(c, bounce);
 	else if (arg_len && !bounce)
-		buf_doubt(c, arg); /* the caller's own buffer: see mn_buf_free */
+		mnc_buf_doubt(c, arg); /* the caller's own buffer: see mn_buf_free */
 	return map_err(rc);
 }
 
@@ -1022,9 +758,9 @@ static int io_post(struct mn_client *c, struct mn_io *io, bool write, uint64_t o
 	rc = acquire(c, off, len, write, &ch, &raddr, &rkey);
 	if (rc)
 		goto out_done;
-	mr = buf_find(c, buf, len);
+	mr = mnc_buf_find(c, buf, len);
 	if (!mr) {
-		bounce = buf_new(c, len);
+		bounce = mnc_buf_new(c, len);
 		if (!bounce) {
 			rc = -ENOMEM;
 			goto out_unref;
@@ -1047,7 +783,7 @@ static int io_post(struct mn_client *c, struct mn_io *io, bool write, uint64_t o
 	return 0;
 
 out_bounce:
-	buf_del(c, bounce);
+	mnc_buf_del(c, bounce);
 out_unref:
 	rpc_chan_unref(ch);
 out_done:
@@ -1081,7 +817,7 @@ int mn_wait(struct mn_client *c, struct mn_io *io)
 	if (!rc && bounce && io->priv[IO_USER])
 		memcpy(io->priv[IO_USER], bounce->p, bounce->len);
 	if (rc != -ETIMEDOUT) /* else the transport may still use it: leak it */
-		buf_del(c, bounce);
+		mnc_buf_del(c, bounce);
 	rpc_chan_unref(ch);
 	memset(io->priv, 0, sizeof(io->priv));
 	io->status = map_err(rc);
