@@ -100,9 +100,13 @@ Test(space, rm_gives_space_back_while_mounted)
 	anon = node_anon();
 	fprintf(stderr, "space: node anonymous memory %llu KiB empty, %llu KiB after rm\n",
 		(unsigned long long)(anon0 >> 10), (unsigned long long)(anon >> 10));
-	cr_assert_leq(anon, anon0 + NODE_ANON_SLACK,
-		      "node anonymous memory %llu KiB after rm, %llu KiB empty",
-		      (unsigned long long)(anon >> 10), (unsigned long long)(anon0 >> 10));
+	/* A sanitizer build (time scale > 1) replaces malloc with one that
+	 * quarantines freed blocks: the bound is about glibc's, so it is not
+	 * checked there (ASan: +528 KiB in this test). */
+	if (op_timeout_ms(1) == 1)
+		cr_assert_leq(anon, anon0 + NODE_ANON_SLACK,
+			      "node anonymous memory %llu KiB after rm, %llu KiB empty",
+			      (unsigned long long)(anon >> 10), (unsigned long long)(anon0 >> 10));
 	down();
 }
 
