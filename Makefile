@@ -161,16 +161,12 @@ test: check
 # each natively, 3x under ASan, beyond CI's time), with the daemons and
 # memory nodes they start built with the same sanitizers (.ci/run runs it
 # after check).  Any sanitizer report, of a test or of a daemon, fails the run.
-# Left out, in the open: engine/test_restart, whose restarted memory node is
-# forked (not exec'd) from the test process while the engine's threads run;
-# under ASan that child once never answered its first connection (1 CI run
-# of 2, 0 of 6 runs by hand).  It runs in make check.
 SAN_OUT := $(BUILD)-address-undefined
 check-asan:
 	$(MAKE) SANITIZE=address,undefined all
 	@BUILD=$(SAN_OUT) scripts/run-tests.sh $$(cd $(SAN_OUT)/tests && \
 		find common net memnode fs engine rdma mount -name 'test_*' -type f -perm -u+x | \
-		grep -v -E '^mount/test_(overwrite|space)$$|^engine/test_restart$$' | sort)
+		grep -v -E '^mount/test_(overwrite|space)$$' | sort)
 
 # ThreadSanitizer build, then the tests below the mount level (~10 min; .ci/run
 # runs it after check-asan).  Any race report fails the run.  Left out, in
@@ -178,14 +174,11 @@ check-asan:
 # outlasts its 120 s limit under TSan),
 # security::local_peer_of_another_uid_gets_frames_not_the_region (its peers
 # are processes forked from a forked node: TSan reports "dup thread with
-# used id" and the peer fails) and restart::kill_fails_fast_then_reconnects_with_data
-# (its restarted node is forked from the threaded test process, which TSan
-# does not support: once it never answered).  All run in make check and
-# check-asan.
+# used id" and the peer fails).  Both run in make check and check-asan.
 TSAN_OUT := $(BUILD)-thread
 check-tsan:
 	$(MAKE) SANITIZE=thread all
-	@CRITERION_TEST_PATTERN='!(security/local_peer_of_another_uid_gets_frames_not_the_region|restart/kill_fails_fast_then_reconnects_with_data)' \
+	@CRITERION_TEST_PATTERN='!(security/local_peer_of_another_uid_gets_frames_not_the_region)' \
 	BUILD=$(TSAN_OUT) scripts/run-tests.sh $$(cd $(TSAN_OUT)/tests && \
 		find common net memnode fs engine rdma -name 'test_*' -type f -perm -u+x | \
 		grep -v '^engine/test_cleaner$$' | sort)

@@ -1,11 +1,6 @@
 /* tests/engine/eng_test.h — helpers shared by the engine tests (header-only,
  * static inline, so nothing here is linked into other modules' tests).
- *
- * A memory node runs in a forked child (started before the test creates any
- * thread), reached over 127.0.0.1; the child dies with the test
- * (PR_SET_PDEATHSIG) and on tnode_stop.  Under ThreadSanitizer (whose runtime
- * does not support threads in a child forked from a threaded process) the
- * node runs in-process instead and tnode_stop destroys it. */
+ * Memory nodes come from tests/helpers/tnode.h. */
 #ifndef DKV_TEST_ENG_H
 #define DKV_TEST_ENG_H
 
@@ -22,6 +17,7 @@
 #include "common/err.h"
 #include "engine/eng.h"
 #include "memnode/mn_server.h"
+#include "tests/helpers/tnode.h"
 
 /* Factor for timeouts that are not what a test is about: the runner sets
  * DKVFS_TEST_TIME_SCALE for sanitizer builds (ThreadSanitizer ~10x slower),
@@ -32,120 +28,6 @@ static inline int test_time_scale(void)
 	int k = e ? atoi(e) : 1;
 
 	return k > 1 && k <= 100 ? k : 1;
-}
-
-struct tnode {
-	pid_t pid;
-	struct mn_server *srv; /* in-process node */
-	char addr[96];
-	char backing[128];
-	uint64_t size;
-};
-
-/* ThreadSanitizer kills a child forked from a threaded process as soon as
- * it starts a thread: under it, nodes run in-process. */
-#if defined(__SANITIZE_THREAD__)
-#define TNODE_NO_FORK 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TNODE_NO_FORK 1
-#endif
-#endif
-#ifndef TNODE_NO_FORK
-#define TNODE_NO_FORK 0
-#endif
-/* The node's transport: auto (tcp and local), unless the including file
- * chose one (tests/rdma/test_engine.c: rdma over the verbs emulation). */
-#ifndef TNODE_TRANSPORT
-#define TNODE_TRANSPORT NET_AUTO
-#endif
-
-/* Start a node (listen NULL: 127.0.0.1:0).  Returns 0 or -errno. */
-static inline int tnode_start(struct tnode *n, uint64_t size, const char *backing,
-			      const char *listen)
-{
-	int p[2];
-	pid_t pid;
-	ssize_t got;
-
-	n->size = size;
-	n->srv = NULL;
-	if (backing && backing != n->backing)
-		snprintf(n->backing, sizeof(n->backing), "%s", backing);
-	if (TNODE_NO_FORK) {
-		struct mn_server_opts o;
-		int r;
-
-		mn_server_opts_init(&o);
-		o.size = size;
-		o.backing = backing;
-		o.listen = listen ? listen : "127.0.0.1:0";
-		o.transport = TNODE_TRANSPORT;
-		r = mn_server_create(&o, &n->srv);
-		if (!r)
-			r = mn_server_start(n->srv);
-		if (r) {
-			mn_server_destroy(n->srv);
-			n->srv = NULL;
-			return r;
-		}
-		snprintf(n->addr, sizeof(n->addr), "%s", mn_server_addr(n->srv));
-		n->pid = 0;
-		return 0;
-	}
-	if (pipe(p))
-		return -errno;
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		struct mn_server_opts o;
-		struct mn_server *s = NULL;
-		char buf[96] = { 0 };
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(p[0]);
-		mn_server_opts_init(&o);
-		o.size = size;
-		o.backing = backing;
-		o.listen = listen ? listen : "127.0.0.1:0";
-		o.transport = TNODE_TRANSPORT;
-		if (mn_server_create(&o, &s) || mn_server_start(s)) {
-			buf[0] = '!';
-			if (write(p[1], buf, sizeof(buf)) < 0)
-				_exit(1);
-			_exit(1);
-		}
-		snprintf(buf, sizeof(buf), "%s", mn_server_addr(s));
-		if (write(p[1], buf, sizeof(buf)) < 0)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(p[1]);
-	got = read(p[0], n->addr, sizeof(n->addr));
-	close(p[0]);
-	n->pid = pid;
-	if (got != (ssize_t)sizeof(n->addr) || n->addr[0] == '!') {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		n->pid = 0;
-		return -EIO;
-	}
-	return 0;
-}
-
-static inline void tnode_stop(struct tnode *n)
-{
-	if (n->srv) {
-		mn_server_destroy(n->srv);
-		n->srv = NULL;
-	}
-	if (n->pid > 0) {
-		kill(n->pid, SIGKILL);
-		waitpid(n->pid, NULL, 0);
-	}
-	n->pid = 0;
 }
 
 /* Options for a small, flush-happy engine on node n. */

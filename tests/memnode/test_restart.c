@@ -1,4 +1,4 @@
-/* tests/memnode/test_restart.c — a memory node in a forked child, killed
+/* tests/memnode/test_restart.c — a memory node in a child process, killed
  * with SIGKILL and restarted on the same port and --backing file: clients
  * fail within their timeout, reconnect on their own, and find their data
  * and their volume root. */
@@ -11,60 +11,16 @@
 #include "memnode/mn_region.h"
 #include "mn_test.h"
 
-/* The node runs in a forked child of a process that has threads (clients);
- * under ThreadSanitizer that needs die_after_fork=0 (unused otherwise). */
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void)
+#define TNODE_TRANSPORT NET_TCP
+#include "tests/helpers/tnode.h"
+
+/* The node: a process of its own (tests/helpers/tnode.h execs this binary),
+ * killed with SIGKILL, under every sanitizer. */
+static void child_start(struct tnode *ch, const char *listen, const char *backing)
 {
-	return "die_after_fork=0";
-}
+	int rc = tnode_spawn(ch, 32 << 20, backing, listen);
 
-struct child {
-	pid_t pid;
-	char addr[64];
-};
-
-/* Fork a node serving listen (e.g. "127.0.0.1:0") on backing; its bound
- * address comes back through a pipe. */
-static void child_start(struct child *ch, const char *listen, const char *backing)
-{
-	int p[2];
-	struct pollfd pfd;
-	ssize_t n;
-
-	cr_assert_eq(pipe(p), 0);
-	ch->pid = fork();
-	cr_assert(ch->pid >= 0);
-	if (ch->pid == 0) {
-		struct mn_server_opts o;
-		struct mn_server *s;
-		char a[64] = "";
-		close(p[0]);
-		mn_server_opts_init(&o);
-		o.listen = listen;
-		o.transport = NET_TCP;
-		o.size = 32 << 20;
-		o.backing = backing;
-		if (!mn_server_create(&o, &s) && !mn_server_start(s))
-			snprintf(a, sizeof(a), "%s", mn_server_addr(s));
-		if (write(p[1], a, sizeof(a)) < 0)
-			_exit(3);
-		for (;;)
-			pause();
-	}
-	close(p[1]);
-	pfd = (struct pollfd){ .fd = p[0], .events = POLLIN };
-	cr_assert_eq(poll(&pfd, 1, 10000), 1, "child did not start");
-	n = read(p[0], ch->addr, sizeof(ch->addr));
-	close(p[0]);
-	cr_assert_eq(n, (ssize_t)sizeof(ch->addr));
-	cr_assert(ch->addr[0], "child failed to start");
-}
-
-static void child_kill(struct child *ch)
-{
-	kill(ch->pid, SIGKILL);
-	waitpid(ch->pid, NULL, 0);
+	cr_assert_eq(rc, 0, "node did not start: %s", dkv_strerror(rc));
 }
 
 static char *tmpfile_path(void)
@@ -78,7 +34,7 @@ static char *tmpfile_path(void)
 Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
 {
 	char *backing = tmpfile_path();
-	struct child ch;
+	struct tnode ch;
 	struct mn_client *c;
 	struct mn_extent e;
 	const int tmo = 1500;
@@ -110,7 +66,7 @@ Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
 	t0 = mt_now_ms();
 	rc = mn_post_read(c, &io, e.off, back, 4096);
 	cr_assert_eq(rc, 0);
-	child_kill(&ch);
+	tnode_stop(&ch);
 	rc = mn_wait(c, &io);
 	cr_assert(rc == -EIO || rc == -ETIMEDOUT, "pending read: %s", dkv_strerror(rc));
 	cr_assert(mt_now_ms() - t0 < (uint64_t)tmo + 1500, "took %llu ms",
@@ -129,7 +85,7 @@ Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
 	 * its health probe sees the node answer again (operations fail fast
 	 * until then: bounded here to 3 s; it fails once in a while when the
 	 * first read comes before the probe). */
-	struct child ch2;
+	struct tnode ch2;
 	child_start(&ch2, ch.addr, backing);
 	cr_assert_str_eq(ch2.addr, ch.addr);
 	memset(back, 0, sizeof(back));
@@ -157,14 +113,14 @@ Test(restart, kill_fails_fast_then_reconnects_with_data, .timeout = 40)
 	cr_assert_eq(ex[0].off, e.off);
 	free(ex);
 	mn_client_close(c);
-	child_kill(&ch2);
+	tnode_stop(&ch2);
 	unlink(backing);
 }
 
 Test(restart, root_update_is_atomic_and_persistent, .timeout = 30)
 {
 	char *backing = tmpfile_path();
-	struct child ch;
+	struct tnode ch;
 	struct mn_client *c;
 	char back[MN_ROOT_MAX];
 	char big[MN_ROOT_MAX];
@@ -180,7 +136,7 @@ Test(restart, root_update_is_atomic_and_persistent, .timeout = 30)
 	cr_assert_eq(rl, sizeof(big));
 	cr_assert_eq(mn_root_set(c, big, sizeof(big) + 1), -EMSGSIZE);
 	mn_client_close(c);
-	child_kill(&ch);
+	tnode_stop(&ch);
 
 	/* Restart: the latest root is there. */
 	child_start(&ch, "127.0.0.1:0", backing);
@@ -189,7 +145,7 @@ Test(restart, root_update_is_atomic_and_persistent, .timeout = 30)
 	cr_assert_eq(rl, sizeof(big));
 	cr_assert_arr_eq(back, big, sizeof(big));
 	mn_client_close(c);
-	child_kill(&ch);
+	tnode_stop(&ch);
 
 	/* A torn update (the newer slot damaged, as if the node died while
 	 * writing it) leaves the previous root. Volume 0, slot 1 holds seq 2. */
@@ -208,7 +164,7 @@ Test(restart, root_update_is_atomic_and_persistent, .timeout = 30)
 	cr_assert_eq(mn_root_get(c, back, sizeof(back), &rl), 0);
 	cr_assert_arr_eq(back, "third", 5);
 	mn_client_close(c);
-	child_kill(&ch);
+	tnode_stop(&ch);
 	unlink(backing);
 }
 
