@@ -1,6 +1,6 @@
-/* common/sst_int.h — SSTable internals shared by sst.c (builder, records,
- * index) and sst_iter.c (table iterator).  Not a contract: only these two
- * files include it.
+/* common/sst_int.h — SSTable internals shared by sst.c (records, footer,
+ * index), sst_build.c (builder) and sst_iter.c (table iterator).  Not a
+ * contract: only these three files include it.
  *
  * The parsed index keeps, for ngroups groups of up to group_size records:
  *   goff[g]     table offset of group g's first record (goff[ngroups] = data_len)
@@ -23,6 +23,7 @@
 #ifndef DKV_SST_INT_H
 #define DKV_SST_INT_H
 
+#include "common/crc32c.h"
 #include "common/sst.h"
 
 struct sst_index {
@@ -56,5 +57,40 @@ uint32_t sst_group_offsets(const struct sst_index *idx, uint32_t g, uint64_t *ro
 
 /* Last group whose separator is <= the internal key t (0 if none). */
 uint32_t sst_find_group(const struct sst_index *idx, const void *t, size_t tlen);
+
+/* Index block header and fixed part of the meta block (docs/sstable.md). */
+#define SST_INDEX_HDR   16
+#define SST_META_FIXED  48
+
+/* Footer field offsets (docs/sstable.md). */
+enum {
+	FT_MAGIC = 0,
+	FT_VERSION = 8,
+	FT_FLAGS = 12,
+	FT_SIZE = 16,
+	FT_DATA_LEN = 24,
+	FT_INDEX_LEN = 32,
+	FT_FILTER_LEN = 40,
+	FT_META_LEN = 48,
+	FT_INDEX_CRC = 56,
+	FT_FILTER_CRC = 60,
+	FT_META_CRC = 64,
+	FT_GROUP_SIZE = 68,
+	FT_NRECORDS = 72,
+	FT_RESERVED = 80,
+	FT_CRC = 124,
+};
+_Static_assert(FT_CRC + 4 == SST_FOOTER_SIZE, "footer layout");
+_Static_assert(SST_GROUP_MAX <= 255, "group size is stored in one byte");
+
+/* The 16-bit fingerprint the index keeps per record: a hash independent of
+ * the bloom filter's, so a bloom false positive is not also a fingerprint
+ * match. */
+static inline uint16_t sst_fingerprint(const void *ukey, size_t ulen)
+{
+	uint32_t c = crc32c(ukey, ulen);
+
+	return (uint16_t)(c ^ (c >> 16));
+}
 
 #endif

@@ -1,12 +1,14 @@
 /* tests/helpers/sst_model.c — see sst_model.h. */
 #include "tests/helpers/sst_model.h"
 
+#include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/ikey.h"
+#include "common/iter.h"
 
 uint64_t sstm_rng(uint64_t *s)
 {
@@ -189,4 +191,19 @@ void sstm_built_release(struct sstm_built *b)
 	sst_meta_release(&b->meta);
 	sstm_buf_release(&b->tb);
 	sstm_free(&b->t);
+}
+
+void sstm_assert_item(struct dkv_iter *it, const struct sstm_table *t, size_t i)
+{
+	size_t kl, vl;
+	const void *k = dkv_iter_key(it, &kl);
+	const void *v = dkv_iter_value(it, &vl);
+	char a[96], b[96];
+
+	cr_assert(dkv_iter_valid(it));
+	cr_assert(kl == t->r[i].iklen && !memcmp(k, t->r[i].ik, kl), "at %zu: got %s want %s",
+		  i, ikey_format(a, sizeof(a), k, kl),
+		  ikey_format(b, sizeof(b), t->r[i].ik, t->r[i].iklen));
+	cr_assert_eq(vl, t->r[i].vlen, "value length at %zu", i);
+	cr_assert(vl == 0 || !memcmp(v, t->r[i].val, vl), "value bytes at %zu", i);
 }

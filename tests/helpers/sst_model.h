@@ -66,4 +66,8 @@ struct sstm_built {
 int sstm_built_make(const struct sstm_gen *g, struct sstm_built *b, struct sst_index **idx);
 void sstm_built_release(struct sstm_built *b);
 
+struct dkv_iter;
+/* Assert that the iterator is valid and at t's record i (key and value). */
+void sstm_assert_item(struct dkv_iter *it, const struct sstm_table *t, size_t i);
+
 #endif
