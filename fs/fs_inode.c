@@ -43,7 +43,6 @@
 #include "common/coding.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "common/ratelimit.h"
 #include "fs/fs_int.h"
 
 #define CH FS_CHUNK_SIZE
@@ -216,7 +215,7 @@ static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
 }
 
 /* Forget every chunk entry (after a commit made them the stored ones). */
-static void forget_chunks(struct fs_inode *ino)
+void fs_inode_forget_chunks(struct fs_inode *ino)
 {
 	for (size_t i = 0; i < ino->nchunks; i++)
 		chunk_release(&ino->chunks[i]);
@@ -234,7 +233,7 @@ static void drop_chunks(struct fs_ctx *fs, struct fs_inode *ino)
 			FS_COUNT(fs, extent_frees, c->ext.n);
 		}
 	}
-	forget_chunks(ino);
+	fs_inode_forget_chunks(ino);
 }
 
 static void reclaim_all(struct fs_ctx *fs, struct fs_inode *ino)
@@ -314,7 +313,7 @@ static bool may_be_stored(const struct fs_inode *ino, uint64_t idx)
 }
 
 /* Learn the committed pointer chunk c replaces, once per commit interval. */
-static int find_prev(struct fs_ctx *fs, struct fs_inode *ino, struct fs_chunk *c)
+int fs_inode_find_prev(struct fs_ctx *fs, struct fs_inode *ino, struct fs_chunk *c)
 {
 	if (c->has_prev || !may_be_stored(ino, c->idx))
 		return 0;
@@ -390,7 +389,7 @@ static size_t stored_len(const struct fs_inode *ino, const struct fs_chunk *c)
  * The newest buffer stays as the clean read cache.  Nothing is stored in the
  * LSM: a crash before the commit leaves extents that the next mount frees,
  * and the file as committed. */
-static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
+int fs_inode_stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 {
 	size_t n = 0, np = 0, last = SIZE_MAX;
 	const void **data = NULL;
@@ -416,7 +415,7 @@ static int stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 		if (!c->buf)
 			continue;
 		last = i;
-		rc = find_prev(fs, ino, c);
+		rc = fs_inode_find_prev(fs, ino, c);
 		if (rc)
 			goto out;
 		if (c->has_prev && fs_cext_unwritten(&c->prev) && fs_cext_len(&c->prev) == CH) {
@@ -494,7 +493,7 @@ int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, 
 		return 0;
 	}
 	if (dirty_count(ino) >= (size_t)fs->opts.max_dirty_chunks) {
-		rc = stage_dirty(fs, ino);
+		rc = fs_inode_stage_dirty(fs, ino);
 		if (rc)
 			return rc;
 		FS_COUNT(fs, early_flushes, 1);
@@ -572,7 +571,7 @@ int fs_inode_stage_ext(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, st
 	c->ext = *ext;
 	*ext = (struct fs_cext){ 0 };
 	c->staged = true;
-	return find_prev(fs, ino, c);
+	return fs_inode_find_prev(fs, ino, c);
 }
 
 /* inline -> chunked under a fresh data id. */
@@ -784,177 +783,6 @@ int fs_inode_truncate(struct fs_ctx *fs, struct fs_inode *ino, uint64_t size)
 	return 0;
 }
 
-/* Put the pointer of every staged chunk into b; the pointers they replace
- * go to old, and rec.rdev (bytes stored) follows. */
-static int add_pointers(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b,
-			struct fs_extent_list *old, uint64_t *bytes)
-{
-	int rc = 0;
-	for (size_t i = 0; i < ino->nchunks && !rc; i++) {
-		struct fs_chunk *c = &ino->chunks[i];
-		uint8_t key[FS_CHUNK_KEY_LEN], val[FS_PIECES_MAX * FS_EXTENT_LEN];
-		if (!c->staged)
-			continue;
-		rc = find_prev(fs, ino, c); /* staged by fallocate: not looked up yet */
-		if (rc)
-			break;
-		if (c->has_prev) {
-			uint32_t pl = fs_cext_len(&c->prev);
-			ino->rec.rdev -= ino->rec.rdev > pl ? pl : ino->rec.rdev;
-			if (!c->in_place)
-				rc = fs_extent_list_add_cext(old, &c->prev);
-			if (rc)
-				break;
-		}
-		ino->rec.rdev += fs_cext_len(&c->ext);
-		fs_key_chunk(key, ino->rec.data_id, c->idx);
-		if (!c->ext.n) {
-			rc = fs_kv_batch_delete(b, key, sizeof(key)); /* all zeros: a hole */
-			continue;
-		}
-		size_t vl = fs_cext_encode(&c->ext, val);
-		rc = fs_kv_batch_put(b, key, sizeof(key), val, vl);
-		*bytes += sizeof(key) + vl;
-	}
-	return rc;
-}
-
-struct trim_ctx {
-	struct fs_inode *ino;
-	struct fs_kv_batch *b;
-	struct fs_extent_list *old;
-};
-
-static int trim_one(void *ctx, uint64_t idx, const uint8_t *key, size_t klen,
-		    const struct fs_cext *c)
-{
-	struct trim_ctx *t = ctx;
-	if (fs_inode_chunk_find(t->ino, idx))
-		return 0; /* rewritten in this commit */
-	int rc = fs_kv_batch_delete(t->b, key, klen);
-	if (!rc && c) {
-		uint32_t l = fs_cext_len(c);
-		rc = fs_extent_list_add_cext(t->old, c);
-		t->ino->rec.rdev -= t->ino->rec.rdev > l ? l : t->ino->rec.rdev;
-	}
-	return rc;
-}
-
-/* Deletes of every stored chunk of the current data id from trim_from on;
- * their extents go to old. */
-static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch *b,
-		    struct fs_extent_list *old)
-{
-	struct trim_ctx t = { ino, b, old };
-	return fs_chunks_walk(fs, ino->rec.data_id, ino->trim_from, trim_one, &t);
-}
-
-static struct dkv_ratelimit atime_rl = DKV_RATELIMIT_INIT(60000, 1);
-
-int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
-{
-	if (!ino->dirty && ino->atime_dirty && !fs->opts.read_only) {
-		/* Only a read's atime stamp: store it if the store takes it,
-		 * else drop it — a full or unreachable node must not fail a
-		 * read whose data is intact.  The stamp stays in memory. */
-		ino->dirty = true;
-		int rc = fs_inode_commit(fs, ino);
-		if (rc) {
-			ino->dirty = false;
-			FS_COUNT(fs, atime_dropped, 1);
-			dkv_log_rl(&atime_rl, DKV_LOG_WARN,
-				   "could not store an access time (%s): dropped; the file is intact",
-				   dkv_strerror(rc));
-		}
-		return 0;
-	}
-	ino->atime_dirty = false;
-	if (!ino->dirty)
-		return 0;
-	if (fs->opts.read_only)
-		return -EROFS;
-	if (atomic_load(&ino->unlinked)) {
-		/* nothing to keep: the data goes when the last handle does */
-		ino->dirty = false;
-		return 0;
-	}
-	/* the bytes first, each once, straight into extents; then one batch
-	 * of pointers and the record */
-	int rc = is_chunked(ino) ? stage_dirty(fs, ino) : 0;
-	if (rc) {
-		FS_COUNT(fs, errors, 1);
-		return rc;
-	}
-	struct fs_extent_list old = { 0 };
-	struct fs_kv_batch *b = fs_kv_batch_create(fs->kv);
-	uint64_t bytes = 0;
-	if (!b)
-		return -ENOMEM;
-	pthread_rwlock_rdlock(&fs->ns_lock);
-	if (atomic_load(&ino->unlinked)) {
-		pthread_rwlock_unlock(&fs->ns_lock);
-		fs_kv_batch_destroy(b);
-		ino->dirty = false;
-		return 0;
-	}
-	if (is_chunked(ino))
-		rc = add_pointers(fs, ino, b, &old, &bytes);
-	if (!rc && ino->trim_from != UINT64_MAX && is_chunked(ino))
-		rc = add_trim(fs, ino, b, &old);
-	if (!rc && fs_key_is_shared(ino->key, ino->klen)) {
-		/* a hard-linked file: its link count is the store's (renames over
-		 * another name change it without this inode) */
-		struct fs_rec cur = FS_REC_INIT;
-		rc = fs_shared_get(fs, ino->ino, &cur);
-		if (!rc)
-			ino->rec.nlink = cur.nlink;
-		fs_rec_release(&cur);
-	}
-	if (!rc) {
-		bool inl = S_ISREG(ino->rec.mode) && !is_chunked(ino);
-		if (inl) {
-			ino->rec.payload = ino->inl;
-			ino->rec.payload_len = ino->rec.size;
-		}
-		rc = fs_batch_put_rec(b, ino->key, ino->klen, &ino->rec);
-		if (inl) {
-			ino->rec.payload = NULL;
-			ino->rec.payload_len = 0;
-		}
-		bytes += ino->klen + FS_REC_HDR;
-	}
-	for (size_t i = 0; i < ino->nretired && !rc; i++)
-		rc = fs_batch_put_intent(b, ino->retired[i].data_id, 0);
-	if (!rc)
-		rc = fs_kv_write(fs->kv, b, false);
-	pthread_rwlock_unlock(&fs->ns_lock);
-	fs_kv_batch_destroy(b);
-	if (rc) {
-		/* staged extents stay staged: the next commit stores them */
-		fs_extent_list_release(&old);
-		FS_COUNT(fs, errors, 1);
-		return rc;
-	}
-	/* the replaced and trimmed extents: nothing names them now */
-	FS_COUNT(fs, extent_frees, old.n);
-	fs_extent_list_free(fs, &old);
-	fs_extent_list_release(&old);
-	forget_chunks(ino);
-	ino->committed_data_id = is_chunked(ino) ? ino->rec.data_id : 0;
-	ino->committed_size = ino->rec.size;
-	ino->trim_from = UINT64_MAX;
-	ino->dirty = false;
-	for (size_t i = 0; i < ino->nretired; i++)
-		fs_reclaim(fs, ino->retired[i].data_id, ino->retired[i].upto);
-	free(ino->retired);
-	ino->retired = NULL;
-	ino->nretired = 0;
-	FS_COUNT(fs, commits, 1);
-	FS_COUNT(fs, commit_bytes, bytes);
-	return 0;
-}
-
-/* Is key at or below prefix k (k itself, or k + separator + ...)? */
 static bool key_under(const uint8_t *key, size_t klen, const struct fs_key *k)
 {
 	return klen >= k->len && !memcmp(key, k->b, k->len) &&

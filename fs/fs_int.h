@@ -276,6 +276,12 @@ int fs_inode_to_chunked(struct fs_ctx *fs, struct fs_inode *ino);
  * a dirty or staged chunk at idx is dropped. */
 int fs_inode_stage_ext(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, struct fs_cext *ext);
 void fs_inode_stamp_modified(struct fs_inode *ino);
+/* For fs_inode_commit.c (ino->mu held): learn the committed pointer chunk c
+ * replaces; forget every chunk entry once a commit stored them; write every
+ * dirty chunk to a fresh extent (the chunks become staged). */
+int fs_inode_find_prev(struct fs_ctx *fs, struct fs_inode *ino, struct fs_chunk *c);
+void fs_inode_forget_chunks(struct fs_inode *ino);
+int fs_inode_stage_dirty(struct fs_ctx *fs, struct fs_inode *ino);
 /* fs_sparse.c: fallocate (mode 0, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and
  * SEEK_DATA / SEEK_HOLE on an open file (ino->mu held). */
 int fs_inode_fallocate(struct fs_ctx *fs, struct fs_inode *ino, int mode, uint64_t off,
