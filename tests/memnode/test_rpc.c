@@ -219,6 +219,88 @@ Test(rpc, round_trip_and_large_argument)
 	tsrv_stop(&t);
 }
 
+/* One request built by hand, sent raw: the reply's status (or -ETIMEDOUT
+ * when none came within 5 s).  buf is registered (mr): [0, 4 KiB) takes the
+ * reply, [4 KiB, 8 KiB) the request, [8 KiB, 16 KiB) is what arg_addr
+ * names. */
+static int raw_call(struct net_conn *conn, struct net_mr *mr, uint8_t *buf, uint64_t id,
+		    uint8_t flags, const void *body, uint32_t len, uint32_t arg_len)
+{
+	struct rpc_req_hdr h = {
+		.version = RPC_VERSION, .flags = flags, .op = 1, .len = len, .req_id = id,
+		.reply_addr = (uint64_t)(uintptr_t)buf, .reply_rkey = mr->rkey,
+		.reply_cap = 4096, .arg_addr = (uint64_t)(uintptr_t)(buf + 8192),
+		.arg_rkey = mr->rkey, .arg_len = arg_len,
+	};
+	struct net_wc wc[4];
+	uint64_t end = mt_now_ms() + 5000;
+
+	memset(buf, 0, 4096);
+	cr_assert_eq(net_post_recv(conn, 1000 + id, buf + 12288, 64, mr->lkey), 0);
+	rpc_req_encode(buf + 4096, &h, body);
+	cr_assert_eq(net_post_send(conn, id, buf + 4096, RPC_REQ_HDR + len, mr->lkey), 0);
+	while (mt_now_ms() < end) {
+		int n = net_poll(conn, wc, 4, 100);
+
+		cr_assert(n >= 0, "poll: %d", n);
+		for (int i = 0; i < n; i++) {
+			cr_assert_eq(wc[i].status, 0, "completion %llu: %d",
+				     (unsigned long long)wc[i].wr_id, wc[i].status);
+			if (wc[i].op != NET_WC_RECV_IMM)
+				continue;
+			cr_assert_eq(get_u32(buf), RPC_REPLY_MAGIC);
+			cr_assert_eq(get_u64(buf + 16), id);
+			return (int32_t)get_u32(buf + 8);
+		}
+	}
+	return -ETIMEDOUT;
+}
+
+/* A spilled request (its body is pulled from the client like an argument)
+ * whose header is not one a client builds: a body of its own besides,
+ * nothing to pull, or more to pull than the largest body.  Each gets
+ * -E2BIG and nothing is pulled or run; a well-formed spilled request on the
+ * same connection before and after is served. */
+Test(rpc, malformed_spilled_header_is_refused)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct net_conn *conn;
+	struct net_mr *mr;
+	uint8_t rp[NET_PRIV_MAX];
+	size_t rl = sizeof(rp);
+	uint8_t *buf = aligned_alloc(4096, 16384);
+
+	tsrv_start(&t);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
+	cr_assert_eq(net_connect(d, t.addr, NULL, "hi", 2, &conn, rp, &rl), 0);
+	cr_assert_eq(net_reg_mr(d, buf, 16384,
+				NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ |
+					NET_ACCESS_REMOTE_WRITE,
+				&mr),
+		     0);
+	memcpy(buf + 8192, "pulled body", 11);
+
+	/* Well formed: the handler echoes the pulled bytes as its body. */
+	cr_assert_eq(raw_call(conn, mr, buf, 1, RPC_F_SPILLED, NULL, 0, 11), 0);
+	cr_assert_eq(get_u32(buf + 12), 8 + 11);
+	cr_assert_arr_eq(buf + RPC_REPLY_HDR + 8, "pulled body", 11);
+
+	cr_assert_eq(raw_call(conn, mr, buf, 2, RPC_F_SPILLED, "abcd", 4, 11), -E2BIG);
+	cr_assert_eq(raw_call(conn, mr, buf, 3, RPC_F_SPILLED, NULL, 0, 0), -E2BIG);
+	cr_assert_eq(raw_call(conn, mr, buf, 4, RPC_F_SPILLED, NULL, 0,
+			      RPC_REQ_MAX - RPC_REQ_HDR + 1),
+		     -E2BIG);
+
+	cr_assert_eq(raw_call(conn, mr, buf, 5, RPC_F_SPILLED, NULL, 0, 11), 0);
+	cr_assert_arr_eq(buf + RPC_REPLY_HDR + 8, "pulled body", 11);
+	net_close(conn);
+	net_dereg_mr(mr);
+	free(buf);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
+}
+
 Test(rpc, rejected_connection)
 {
 	struct tsrv t;
