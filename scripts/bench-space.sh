@@ -13,10 +13,16 @@
 #   RESULT bench=space_after_wait df_used_mb=.. df_used_pct=.. rss_mb=.. file_mb=..
 #          empty_df_used_mb=.. empty_rss_mb=.. empty_file_mb=.. enospc_rounds=..
 #   RESULT bench=space_empty rss_kb=.. anon_kb=.. region_rss_kb=.. code_kb=.. file_kb=..
+#   RESULT bench=space_warm_kb rss_kb=.. anon_kb=.. region_rss_kb=.. code_kb=.. file_kb=..
 #   RESULT bench=space_after_wait_kb rss_kb=.. anon_kb=.. region_rss_kb=.. code_kb=.. file_kb=..
 #
 # (the _kb lines split the node's RSS into its anonymous memory and the
-# region's resident pages: the empty volume's figures are a few MiB)
+# region's resident pages: the empty volume's figures are a few MiB).
+# space_warm_kb is the empty volume again, WAIT s after the first round: the
+# node has then run its write, delete and compaction code once, and the RSS
+# it gained by that (program and library pages touched for the first time,
+# thread stacks, malloc's arena) is a fixed cost, not data.  Comparing the
+# last round with it shows whether the node's memory follows live data.
 #
 # Environment: BUILD (build), SIZE, ROUNDS, FILE_MB, WAIT, DIR.  Always
 # unmounts and removes its directory, also on failure or ^C.
@@ -72,6 +78,10 @@ for r in $(seq 1 "$ROUNDS"); do
 	rm -f "$MNT/big"
 	echo "RESULT bench=space_round round=$r write_ok=$ok df_used_mb=$(used_mb)" \
 	     "rss_mb=$(rss_mb) file_mb=$(file_mb)"
+	if [ "$r" = 1 ]; then
+		sleep "$WAIT"
+		echo "RESULT bench=space_warm_kb $(kb_line)"
+	fi
 done
 sleep "$WAIT"
 u=$(used_mb)
