@@ -166,8 +166,12 @@ ssize_t fs_op_copy_file_range(const char *path_in, struct fuse_file_info *fi_in,
 	}
 	if (done)
 		fs_inode_stamp_modified(dst);
+	bool shared = done && (dst->rec.flags & FS_REC_SHARED);
+	uint64_t inum = dst->rec.ino;
 	unlock2(src, dst);
 	free(buf);
+	if (shared) /* the destination's other names (fs_alias.c), after the reply */
+		fs_alias_changed(fs, inum, false);
 	FS_COUNT(fs, copies, 1);
 	if (done)
 		return (ssize_t)done; /* a short copy: the caller asks for the rest */

@@ -135,7 +135,9 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 		if (kind == 1) {
 			const void *v = fs_kv_iter_value(dh->it, &vl);
 			rc = fs_rec_decode(v, vl, &rec);
-		} else if (kind == 0 && !rc && (rec.flags & FS_REC_LINK)) {
+		}
+		dh->shared = kind == 0 && !rc && (rec.flags & FS_REC_LINK);
+		if (dh->shared) {
 			uint64_t ino = rec.ino; /* a hard link: the file's record */
 			fs_rec_release(&rec);
 			rc = fs_shared_get(fs, ino, &rec);
@@ -156,6 +158,19 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 		return 0;
 	}
 	return dh->rc;
+}
+
+/* A readdirplus entry of a hard-linked file: the kernel now caches its
+ * attributes under this name too (fs_alias.c). */
+static void note_entry(struct fs_ctx *fs, const struct fs_dirh *dh)
+{
+	char *p = malloc(dh->dir.len + FS_NAME_MAX + 2);
+
+	if (p && !fs_key_to_path(dh->dir.b, dh->dir.len, p, dh->dir.len + 1)) {
+		strcat(p, dh->name);
+		fs_alias_note(fs, (uint64_t)dh->st.st_ino, p);
+	}
+	free(p);
 }
 
 int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
@@ -219,6 +234,8 @@ int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off
 		}
 		if (filler(buf, dh->name, &dh->st, dh->pos + 1, ff))
 			break;
+		if (dh->shared && ff)
+			note_entry(fs, dh);
 		dh->has_pending = false;
 		dh->pos++;
 	}

@@ -122,6 +122,7 @@ struct fs_inode {
 struct fs_ctx {
 	struct fs_kv *kv;
 	struct fs_opts opts;
+	struct fs_alias *alias; /* fs_alias.c; NULL outside a FUSE session */
 	pthread_rwlock_t ns_lock;
 	pthread_mutex_t open_lock;
 	struct fs_inode *open_tab[FS_OPEN_BUCKETS]; /* open_lock */

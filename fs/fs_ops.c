@@ -63,7 +63,15 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 		conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	conn->max_write = 1u << 20;
 	conn->max_readahead = 1u << 20;
+	fs_alias_start(fs, fuse_get_context()->fuse);
 	return fs;
+}
+
+/* Before libfuse's session goes (fuse_destroy): the hard-link thread
+ * notifies the kernel through it. */
+static void op_destroy(void *data)
+{
+	fs_alias_stop(data);
 }
 
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
@@ -104,6 +112,8 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc)
 		fs_op_stat_of(fs, &rec, st);
+	if (!rc && (rec.flags & FS_REC_SHARED))
+		fs_alias_note(fs, rec.ino, path); /* a name of a hard-linked file */
 	fs_rec_release(&rec);
 	free(k);
 	if (!strcmp(path, "/")) {
@@ -237,12 +247,16 @@ static int op_link(const char *from, const char *to)
 {
 	if (fs_op_special(from) || fs_op_special(to))
 		return -EPERM;
-	int rc = fs_link(fs_op_ctx(), from, to);
-	/* libfuse gives each name its own node: the kernel still has the
-	 * source name's old link count and ctime cached */
-	if (!rc)
-		fuse_invalidate_path(fuse_get_context()->fuse, from);
-	return ret(fs_op_ctx(), rc);
+	struct fs_ctx *fs = fs_op_ctx();
+	struct stat st;
+	int rc = fs_link(fs, from, to);
+	/* libfuse gives each name its own kernel inode: every other name still
+	 * has the old link count and ctime cached (fs_alias.c) */
+	if (!rc && !op_getattr(to, &st, NULL)) {
+		fs_alias_note(fs, (uint64_t)st.st_ino, from);
+		fs_alias_changed(fs, (uint64_t)st.st_ino, true);
+	}
+	return ret(fs, rc);
 }
 
 static int op_readlink(const char *path, char *buf, size_t size)
@@ -323,9 +337,15 @@ static int op_unlink(const char *path)
 		ino->rec.ctime = srec.ctime;
 	}
 	fs_rec_release(&srec);
+	uint64_t inum = ino->ino;
 	pthread_rwlock_unlock(&fs->ns_lock);
 	pthread_mutex_unlock(&ino->mu);
 	FS_COUNT(fs, unlinks, 1);
+	if (!rc && shared) { /* the other names' link count (fs_alias.c) */
+		fs_alias_forget(fs, path);
+		if (!last)
+			fs_alias_changed(fs, inum, true);
+	}
 out:
 	fs_inode_put(fs, ino); /* the last reference reclaims the data */
 	fs_kv_batch_destroy(b);
@@ -415,9 +435,13 @@ int fs_op_with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, c
 		rc = fn(fs, ino, arg);
 	if (!rc && commit)
 		rc = fs_inode_commit(fs, ino);
+	bool shared = !rc && (ino->rec.flags & FS_REC_SHARED);
+	uint64_t inum = ino->rec.ino;
 	pthread_mutex_unlock(&ino->mu);
 	if (own)
 		fs_inode_put(fs, ino);
+	if (shared) /* the file's other names (fs_alias.c); through a handle: later */
+		fs_alias_changed(fs, inum, !fh);
 	return ret(fs, rc);
 }
 
@@ -558,9 +582,12 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 		rc = -EROFS;
 	else if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
 		pthread_mutex_lock(&ino->mu);
+		bool shared = ino->rec.size && (ino->rec.flags & FS_REC_SHARED);
 		if (ino->rec.size)
 			rc = fs_inode_truncate(fs, ino, 0);
 		pthread_mutex_unlock(&ino->mu);
+		if (!rc && shared) /* the other names' size (fs_alias.c) */
+			fs_alias_changed(fs, ino->rec.ino, true);
 	}
 	if (!rc)
 		rc = open_common(fs, ino, fi);
@@ -647,7 +674,11 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
 		return -EROFS;
 	pthread_mutex_lock(&fh->ino->mu);
 	int rc = fs_inode_write(fs, fh->ino, buf, size, (uint64_t)off);
+	bool shared = rc >= 0 && (fh->ino->rec.flags & FS_REC_SHARED);
+	uint64_t inum = fh->ino->rec.ino;
 	pthread_mutex_unlock(&fh->ino->mu);
+	if (shared) /* the other names' size and times, once this write is answered */
+		fs_alias_changed(fs, inum, false);
 	return ret(fs, rc);
 }
 
@@ -716,6 +747,7 @@ static int op_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi
 
 static const struct fuse_operations fs_ops = {
 	.init = op_init,
+	.destroy = op_destroy,
 	.getattr = op_getattr,
 	.readlink = op_readlink,
 	.mknod = op_mknod,

@@ -38,6 +38,7 @@ struct fs_dirh {
 	bool has_pending;      /* an entry the kernel buffer had no room for */
 	char name[FS_NAME_MAX + 1];
 	struct stat st;
+	bool shared;           /* the pending entry is a name of a hard-linked file */
 	uint64_t ino;          /* the directory's own, for "." */
 	struct fs_key dir;     /* children prefix: directory key + separator */
 };
@@ -90,5 +91,21 @@ int fs_op_opendir(const char *path, struct fuse_file_info *fi);
 int fs_op_releasedir(const char *path, struct fuse_file_info *fi);
 int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
 		  struct fuse_file_info *fi, enum fuse_readdir_flags flags);
+
+/* fs_alias.c: the names through which the kernel has seen each hard-linked
+ * file, kept fresh after a change made through one of them.  note: path is a
+ * name of shared file ino; ino: the file a noted path names (0: none);
+ * forget: the name is gone; rename: names at or below from now live below
+ * to (exchange: and the other way round; else those below to are gone);
+ * changed: ino's attributes changed: its names are invalidated by the alias
+ * thread; wait: until that is done (at most 200 ms; an op that came by path,
+ * never one through a handle); start/stop: in init/destroy of the session. */
+void fs_alias_note(struct fs_ctx *fs, uint64_t ino, const char *path);
+uint64_t fs_alias_ino(struct fs_ctx *fs, const char *path);
+void fs_alias_forget(struct fs_ctx *fs, const char *path);
+void fs_alias_rename(struct fs_ctx *fs, const char *from, const char *to, bool exchange);
+void fs_alias_changed(struct fs_ctx *fs, uint64_t ino, bool wait);
+int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse);
+void fs_alias_stop(struct fs_ctx *fs);
 
 #endif

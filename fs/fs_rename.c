@@ -383,6 +383,8 @@ int fs_op_rename(const char *from, const char *to, unsigned int flags)
 	struct fs_rec rf = FS_REC_INIT, rt = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;
 	uint64_t reclaim_id = 0, reclaim_upto = 0, moved = 0;
+	/* a hard-linked file whose name `to` was: it loses a link (fs_alias.c) */
+	uint64_t linked_to = flags & RENAME_EXCHANGE ? 0 : fs_alias_ino(fs, to);
 	bool exists = false;
 	int rc;
 
@@ -531,6 +533,11 @@ out_unlock:
 	FS_COUNT(fs, renames, 1);
 	FS_COUNT(fs, renamed_keys, moved);
 out:
+	if (!rc) { /* the kernel's names of hard-linked files move too */
+		fs_alias_rename(fs, from, to, flags & RENAME_EXCHANGE);
+		if (linked_to)
+			fs_alias_changed(fs, linked_to, true);
+	}
 	fs_kv_batch_destroy(b);
 	fs_rec_release(&rf);
 	fs_rec_release(&rt);
