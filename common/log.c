@@ -90,7 +90,7 @@ int dkv_log_to_file(const char *path)
 }
 
 /* syslog severities: err 3, warning 4, notice 5, info 6, debug 7; facility
- * daemon (3). */
+ * daemon (3).  sink_mu held. */
 static void to_syslog(int sev, const char *msg, size_t len)
 {
 	char dg[1200];
@@ -100,7 +100,6 @@ static void to_syslog(int sev, const char *msg, size_t len)
 		return;
 	if (n >= (int)sizeof(dg))
 		n = (int)sizeof(dg) - 1;
-	pthread_mutex_lock(&sink_mu);
 	for (int tries = 0; tries < 2 && sys_fd >= 0; tries++) {
 		if (send(sys_fd, dg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
 			break;
@@ -111,7 +110,6 @@ static void to_syslog(int sev, const char *msg, size_t len)
 		close(sys_fd);
 		sys_fd = fd < 0 ? -1 : fd;
 	}
-	pthread_mutex_unlock(&sink_mu);
 }
 
 static void emit(int sev, const char *level, const char *fmt, va_list ap)
@@ -125,15 +123,19 @@ static void emit(int sev, const char *level, const char *fmt, va_list ap)
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
-	if (__atomic_load_n(&sys_fd, __ATOMIC_RELAXED) >= 0) {
+	/* Under sink_mu: a sink switched by another thread (dkv_log_to_file
+	 * closes the old fd) is never written through a stale, maybe reused fd
+	 * number, and lines from several threads never interleave. */
+	pthread_mutex_lock(&sink_mu);
+	if (sys_fd >= 0) {
 		to_syslog(sev, line + who, (size_t)(n - who)); /* syslog names us itself */
-		return;
+	} else {
+		line[n++] = '\n';
+		if (write(file_fd >= 0 ? file_fd : STDERR_FILENO, line, (size_t)n) < 0) {
+			/* nothing sensible to do if the log is gone */
+		}
 	}
-	line[n++] = '\n';
-	int fd = __atomic_load_n(&file_fd, __ATOMIC_RELAXED);
-	if (write(fd >= 0 ? fd : STDERR_FILENO, line, (size_t)n) < 0) {
-		/* nothing sensible to do if the log is gone */
-	}
+	pthread_mutex_unlock(&sink_mu);
 }
 
 void dkv_log(enum dkv_log_level lvl, const char *fmt, ...)
