@@ -26,7 +26,8 @@
  * the caller's syscall returns.  A change through a handle (write,
  * ftruncate, fallocate, copy_file_range) does not wait (the written name's
  * page locks may be held until the reply); its names are invalidated just
- * after.
+ * after, and close (FLUSH) and fsync wait for what is still queued, so they
+ * are fresh once close() returns.
  *
  * Bounded: at most ALIAS_MAX names in all (then a warning, once, and no
  * more are noted: their attributes can then be stale for up to
@@ -292,10 +293,36 @@ static void *alias_main(void *arg)
 	return NULL;
 }
 
+/* Wait (mu held) until every change queued up to ticket is done, at most
+ * ALIAS_WAIT_MS. */
+static void wait_done(struct fs_alias *a, uint64_t ticket)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += ALIAS_WAIT_MS * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	while (a->done < ticket && !a->stop)
+		if (pthread_cond_timedwait(&a->done_cv, &a->mu, &until) == ETIMEDOUT)
+			break; /* the thread waits for a page lock: do not hold a worker */
+}
+
+void fs_alias_settle(struct fs_ctx *fs)
+{
+	struct fs_alias *a = fs->alias;
+
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->mu);
+	if (a->done < a->queued)
+		wait_done(a, a->queued);
+	pthread_mutex_unlock(&a->mu);
+}
+
 void fs_alias_changed(struct fs_ctx *fs, uint64_t ino, bool wait)
 {
 	struct fs_alias *a = fs->alias;
-	struct timespec until;
 
 	if (!a || !ino)
 		return;
@@ -316,13 +343,8 @@ void fs_alias_changed(struct fs_ctx *fs, uint64_t ino, bool wait)
 		a->q[a->qn++] = ino;
 	uint64_t ticket = ++a->queued;
 	pthread_cond_signal(&a->cv);
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_nsec += ALIAS_WAIT_MS * 1000000L;
-	until.tv_sec += until.tv_nsec / 1000000000L;
-	until.tv_nsec %= 1000000000L;
-	while (wait && a->done < ticket && !a->stop)
-		if (pthread_cond_timedwait(&a->done_cv, &a->mu, &until) == ETIMEDOUT)
-			break; /* the thread waits for a page lock: do not hold a worker */
+	if (wait)
+		wait_done(a, ticket);
 	pthread_mutex_unlock(&a->mu);
 }
 

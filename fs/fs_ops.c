@@ -694,16 +694,22 @@ static int commit_fh(struct fs_ctx *fs, struct fs_fh *fh, bool sync)
 	return rc;
 }
 
+/* close() and fsync() wait for the other names of a hard-linked file to be
+ * invalidated after writes through this handle (fs_alias.c). */
 static int op_flush(const char *path, struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = fs_op_ctx();
-	return ret(fs, commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, fs->opts.sync_on_close));
+	int rc = commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, fs->opts.sync_on_close);
+	fs_alias_settle(fs);
+	return ret(fs, rc);
 }
 
 static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = fs_op_ctx();
-	return ret(fs, commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, true));
+	int rc = commit_fh(fs, (struct fs_fh *)(uintptr_t)fi->fh, true);
+	fs_alias_settle(fs);
+	return ret(fs, rc);
 }
 
 static int op_release(const char *path, struct fuse_file_info *fi)

@@ -105,6 +105,10 @@ uint64_t fs_alias_ino(struct fs_ctx *fs, const char *path);
 void fs_alias_forget(struct fs_ctx *fs, const char *path);
 void fs_alias_rename(struct fs_ctx *fs, const char *from, const char *to, bool exchange);
 void fs_alias_changed(struct fs_ctx *fs, uint64_t ino, bool wait);
+/* Wait (at most 200 ms) for every change queued so far: close and fsync of
+ * a file, so writes through a handle show through other names once close()
+ * returns.  Returns at once when nothing is queued (the common case). */
+void fs_alias_settle(struct fs_ctx *fs);
 int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse);
 void fs_alias_stop(struct fs_ctx *fs);
 
