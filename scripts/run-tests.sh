@@ -19,11 +19,12 @@ export DKVFS_TEST_TIME_SCALE=${DKVFS_TEST_TIME_SCALE:-$scale}
 # Leaks inside Criterion's own runner are not ours (see the file).
 here=$(cd "$(dirname "$0")/.." && pwd)
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}
-# ASan/UBSan builds: every process a test starts (a mount's daemon, its
+# Sanitizer builds: every process a test starts (a mount's daemon, its
 # memory node, a forked server) writes its reports to files here, which are
 # appended to the binary's output below, so a report from a background
-# daemon fails the binary as one from the test itself does.  The mount-level
-# suites run without leak checks: their daemons are killed, not shut down.
+# daemon fails the binary as one from the test itself does.  Under ASan the
+# mount-level suites run without leak checks: their daemons are killed, not
+# shut down.
 sanlog=
 case "$BUILD" in
 *-address*)
@@ -31,6 +32,11 @@ case "$BUILD" in
 	trap 'rm -rf "$sanlog"' EXIT
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$sanlog/asan"
 	export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:log_path=$sanlog/ubsan"
+	;;
+*-thread)
+	sanlog=$(mktemp -d)
+	trap 'rm -rf "$sanlog"' EXIT
+	export TSAN_OPTIONS="$TSAN_OPTIONS:log_path=$sanlog/tsan"
 	;;
 esac
 
@@ -46,7 +52,7 @@ for b in "${bins[@]}"; do
 	name=${b#"$BUILD/tests/"}
 	log=$(mktemp)
 	start=$(date +%s)
-	if [ -n "$sanlog" ] && [[ $name == mount/* ]]; then
+	if [[ $BUILD == *-address* ]] && [[ $name == mount/* ]]; then
 		ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" timeout -k 10 "$LIMIT" "$b" >"$log" 2>&1
 	else
 		timeout -k 10 "$LIMIT" "$b" >"$log" 2>&1
