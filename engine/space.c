@@ -271,7 +271,15 @@ int eng_space(eng_db *db, uint64_t *capacity, uint64_t *used)
 	r = mn_stats(db->mc, &nst);
 	if (r)
 		return r;
+	/* The node counts our slabs whole; what is free inside them (a punched
+	 * hole, a deleted file's chunks in a slab still partly in use, dead
+	 * tables) is this volume's to reuse, so df does not count it as used. */
+	uint64_t nb, sb, bfree, pend, tfree;
+	eng_blob_stats(db, &nb, &sb, &bfree, &pend);
+	pthread_mutex_lock(&db->man_mu);
+	tfree = db->alloc ? eng_alloc_free_bytes(db->alloc) : 0;
+	pthread_mutex_unlock(&db->man_mu);
 	*capacity = nst.capacity;
-	*used = nst.used;
+	*used = nst.used > bfree + tfree ? nst.used - bfree - tfree : 0;
 	return 0;
 }

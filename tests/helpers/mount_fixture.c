@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,14 @@ char *sh_out(char *buf, size_t cap, const char *fmt, ...)
 	while (n && buf[n - 1] == '\n')
 		buf[--n] = 0;
 	return buf;
+}
+
+unsigned long long mt_df_used(void)
+{
+	struct statvfs sv;
+
+	cr_assert_eq(statvfs(MNT, &sv), 0);
+	return (unsigned long long)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
 }
 
 long long mt_stat(const char *name)

@@ -24,6 +24,8 @@ __attribute__((format(printf, 1, 2))) int sh(const char *fmt, ...);
 __attribute__((format(printf, 3, 4))) char *sh_out(char *buf, size_t cap, const char *fmt, ...);
 /* A counter of MNT/.dkvfs/stats ("name: value"), 0 if absent. */
 long long mt_stat(const char *name);
+/* Bytes used on the mounted volume, as df shows them (statvfs of MNT). */
+unsigned long long mt_df_used(void);
 /* The daemon holding T/data/lock, or 0. */
 pid_t daemon_pid(void);
 void mt_setup(void);

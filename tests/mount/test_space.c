@@ -19,10 +19,7 @@ TestSuite(space, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
 
 static uint64_t df_used(void)
 {
-	struct statvfs sv;
-
-	cr_assert_eq(statvfs(MNT, &sv), 0);
-	return (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+	return mt_df_used();
 }
 
 static uint64_t region_blocks(void)

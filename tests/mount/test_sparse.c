@@ -223,3 +223,38 @@ Test(sparse, kill9_while_filling_a_reservation_leaves_zeros)
 	cr_assert_eq(st.st_size, (off_t)len);
 	down();
 }
+
+/* fallocate(1) -p (punch hole, keep size) over most of a 64 MiB file: the
+ * extents go back and df shows it within 30 s (frees are batched), while
+ * the bytes around the hole and the size stay. */
+Test(sparse, fallocate_p_frees_space_and_df_shows_it)
+{
+	const unsigned long long MiB = 1ull << 20;
+	unsigned long long used0, used1, used = 0;
+
+	cr_assert_eq(up(NULL), 0);
+	used0 = mt_df_used();
+	cr_assert_eq(sh("head -c 64M /dev/urandom > %s/src64 && cp %s/src64 %s && sync %s", T, T,
+			at("big"), at("big")),
+		     0);
+	used1 = mt_df_used();
+	cr_assert_geq(used1, used0 + 56 * MiB, "64 MiB written, df grew by %llu MiB",
+		      (used1 - used0) / MiB);
+	cr_assert_eq(sh("fallocate -p -o 4M -l 56M %s", at("big")), 0, "fallocate -p failed");
+	for (int i = 0; i < 300; i++) {
+		used = mt_df_used();
+		if (used + 48 * MiB <= used1)
+			break;
+		usleep(100 * 1000);
+	}
+	cr_assert_leq(used + 48 * MiB, used1, "56 MiB punched, df went from %llu to %llu MiB",
+		      used1 / MiB, used / MiB);
+	cr_assert_leq(blocks("big"), 8 * 2048 + 64, "du: %lld blocks", blocks("big"));
+	cr_assert_eq(sh("test $(stat -c %%s %s) = 67108864 && cmp -n 4194304 %s/src64 %s && "
+			"cmp -i 62914560 %s/src64 %s && "
+			"test $(head -c 62914560 %s | tail -c 58720256 | tr -d '\\000' | wc -c) = 0",
+			at("big"), T, at("big"), T, at("big"), at("big")),
+		     0, "size, the kept ends or the zeros of the hole are wrong");
+	down();
+}
+
