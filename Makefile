@@ -159,14 +159,16 @@ test: check
 # ASan + UBSan build, then every test, with the daemons and memory nodes
 # the mount-level suites start built with the same sanitizers (.ci/run runs
 # it after check).  Any sanitizer report, of a test or of a daemon, fails the
-# run.  Of mount/test_overwrite (4 min under ASan, beyond CI's time) two of
-# its four kill -9 tests run: dd conv=notrunc and appends.
+# run.  Left out for CI's 40 minutes (a whole .ci/run took 36 min with them):
+# mount/test_space (3.4 min under ASan) and two of mount/test_overwrite's four
+# kill -9 tests (4 min under ASan); the dd conv=notrunc and append ones run.
+# Both suites pass under ASan whole, run by hand.
 SAN_OUT := $(BUILD)-address-undefined
 check-asan:
 	$(MAKE) SANITIZE=address,undefined all
 	@BUILD=$(SAN_OUT) scripts/run-tests.sh $$(cd $(SAN_OUT)/tests && \
 		find common net memnode fs engine rdma mount -name 'test_*' -type f -perm -u+x | \
-		grep -v -E '^mount/test_overwrite$$' | sort)
+		grep -v -E '^mount/test_(overwrite|space)$$' | sort)
 	@CRITERION_TEST_PATTERN='overwrite/kill9_mid_@(dd_notrunc_leaves_old_or_new|append_leaves_old_or_whole_append)' \
 	BUILD=$(SAN_OUT) scripts/run-tests.sh mount/test_overwrite
 
