@@ -168,7 +168,7 @@ int fs_shared_get(struct fs_ctx *fs, uint64_t ino, struct fs_rec *rec);
 int fs_rename_recover(struct fs_ctx *fs);
 /* ---- fs_link.c: hard links ---- */
 /* link(2): a new name for the file at from. */
-int fs_link(struct fs_ctx *fs, const char *from, const char *to);
+int fs_link(struct fs_ctx *fs, const char *from, const char *to, uint64_t *ino_out);
 /* Put a name for rec at key: rec itself, or a name record (FS_REC_LINK)
  * when rec is the shared record of a hard-linked file. */
 int fs_batch_put_name(struct fs_kv_batch *b, const uint8_t *key, size_t klen,

@@ -46,7 +46,7 @@ int fs_batch_drop_link(struct fs_ctx *fs, struct fs_kv_batch *b, struct fs_rec *
 	return rc;
 }
 
-int fs_link(struct fs_ctx *fs, const char *from, const char *to)
+int fs_link(struct fs_ctx *fs, const char *from, const char *to, uint64_t *ino_out)
 {
 	struct fs_key *kt = malloc(sizeof(*kt));
 	struct fs_rec rec = FS_REC_INIT, other = FS_REC_INIT;
@@ -122,6 +122,7 @@ int fs_link(struct fs_ctx *fs, const char *from, const char *to)
 		ino->rec.flags = rec.flags;
 		ino->rec.nlink = rec.nlink;
 		ino->rec.ctime = rec.ctime;
+		*ino_out = ino->ino;
 	}
 out_unlock:
 	pthread_rwlock_unlock(&fs->ns_lock);

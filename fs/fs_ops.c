@@ -248,13 +248,14 @@ static int op_link(const char *from, const char *to)
 	if (fs_op_special(from) || fs_op_special(to))
 		return -EPERM;
 	struct fs_ctx *fs = fs_op_ctx();
-	struct stat st;
-	int rc = fs_link(fs, from, to);
+	uint64_t ino = 0;
+	int rc = fs_link(fs, from, to, &ino);
 	/* libfuse gives each name its own kernel inode: every other name still
-	 * has the old link count and ctime cached (fs_alias.c) */
-	if (!rc && !op_getattr(to, &st, NULL)) {
-		fs_alias_note(fs, (uint64_t)st.st_ino, from);
-		fs_alias_changed(fs, (uint64_t)st.st_ino, true);
+	 * has the old link count and ctime cached (fs_alias.c).  The new name
+	 * is noted by the getattr libfuse makes for its reply. */
+	if (!rc) {
+		fs_alias_note(fs, ino, from);
+		fs_alias_changed(fs, ino, true);
 	}
 	return ret(fs, rc);
 }

@@ -156,16 +156,20 @@ Test(core, hard_links_share_one_record)
 	struct fs_ctx *fs = open_fs(kv, false);
 	struct fs_rec a, b, raw;
 	struct fs_key k;
+	uint64_t ino1 = 0, ino2 = 0, ino3 = 7;
 	void *v;
 	size_t vl;
 
 	put_rec(kv, "/a", false, S_IFREG | 0644);
-	cr_assert_eq(fs_link(fs, "/a", "/b"), 0);
-	cr_assert_eq(fs_link(fs, "/a", "/b"), -EEXIST);
-	cr_assert_eq(fs_link(fs, "/b", "/c"), 0);
+	cr_assert_eq(fs_link(fs, "/a", "/b", &ino1), 0);
+	cr_assert_eq(fs_link(fs, "/a", "/b", &ino3), -EEXIST);
+	cr_assert_eq(ino3, 7, "a failed link must not report an inode");
+	cr_assert_eq(fs_link(fs, "/b", "/c", &ino2), 0);
 	cr_assert_eq(lookup(fs, "/a", &a, false), 0);
 	cr_assert_eq(lookup(fs, "/c", &b, false), 0);
 	cr_assert_eq(a.ino, b.ino);
+	cr_assert_eq(ino1, a.ino, "fs_link reports the file's inode number");
+	cr_assert_eq(ino2, a.ino);
 	cr_assert_eq(a.nlink, 3);
 	cr_assert(a.flags & FS_REC_SHARED);
 	cr_assert_eq(fs_key_from_path(&k, "/a"), 0);

@@ -17,11 +17,6 @@
 
 TestSuite(space, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
 
-static uint64_t df_used(void)
-{
-	return mt_df_used();
-}
-
 static uint64_t region_blocks(void)
 {
 	char p[PATH_MAX + 16];
@@ -71,13 +66,13 @@ Test(space, rm_gives_space_back_while_mounted)
 	uint64_t used0, blocks0, anon0, anon, used_full, used = 0, blocks = 0, deadline;
 
 	cr_assert_eq(up(NULL), 0);
-	used0 = df_used();
+	used0 = mt_df_used();
 	blocks0 = region_blocks();
 	anon0 = node_anon();
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(sh("head -c %llu /dev/urandom > %s/big%d", 48 * MiB, MNT, i), 0);
 	cr_assert_eq(sh("sync %s/big0", MNT), 0);
-	used_full = df_used();
+	used_full = mt_df_used();
 	cr_assert_geq(used_full, used0 + 150 * MiB, "192 MiB written, df grew by %llu MiB",
 		      (unsigned long long)((used_full - used0) / MiB));
 	cr_assert_eq(sh("rm %s/big*", MNT), 0);
@@ -85,7 +80,7 @@ Test(space, rm_gives_space_back_while_mounted)
 	deadline = now_s() + 30 * (uint64_t)op_timeout_ms(1);
 	do {
 		sleep(1);
-		used = df_used();
+		used = mt_df_used();
 		blocks = region_blocks();
 	} while ((used > used0 + 80 * MiB || blocks > blocks0 + FILE_SLACK) && now_s() < deadline);
 	cr_assert_leq(used, used0 + 80 * MiB,
