@@ -832,6 +832,8 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->gc_freed_bytes = LD(st_gc_freed);
 	st->gc_evacuations = LD(st_gc_evacuations);
 	st->discards = LD(st_discards);
+	st->tables_sealed = LD(st_tables_sealed);
+	st->tables_unsealed = LD(st_tables_unsealed);
 	st->space_low = atomic_load(&db->space_low);
 	st->blob_puts = LD(st_blob_puts);
 	st->blob_put_bytes = LD(st_blob_put_bytes);

@@ -399,6 +399,8 @@ struct eng_db {
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
+	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
+	_Atomic bool no_seal;         /* the node cannot seal (an older version) */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
 	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */
@@ -472,6 +474,7 @@ int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool
 #define ENG_WRITE_BUF (1u << 20)
 struct eng_piece {
 	uint64_t number, off, size;
+	int owner;              /* ENG_TABLE_NODE: a sealed run of its own */
 	struct eng_table *t;
 };
 struct eng_piece_place {

@@ -193,20 +193,122 @@ out:
 #define FLUSH_PIECE_MIN (1u << 20)
 #define FLUSH_MAX_PIECES 64
 
+/* A table in a run of its own (write_sealed), not installed: back to the
+ * node, or to the next open's orphan sweep if that fails. */
+static void free_sealed(struct eng_db *db, uint64_t off, uint64_t size)
+{
+	struct mn_extent x = { off, eng_node_extent_len(size) };
+
+	if (mn_free_extents(db->mc, &x, 1))
+		dkv_warn("could not free table extent %llu (the next open reclaims it)",
+			 (unsigned long long)off);
+}
+
 void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool unsure)
 {
 	for (int i = 0; i < n; i++) {
+		bool node = pc[i].owner == ENG_TABLE_NODE;
+
 		if (pc[i].t) {
 			atomic_store(&pc[i].t->obsolete, false);
 			eng_table_unref(pc[i].t);
 		}
 		pthread_mutex_lock(&db->man_mu);
 		if (unsure)
-			eng_space_defer(db, ENG_DEFER_SPACE, pc[i].off, pc[i].size);
-		else
+			eng_space_defer(db, node ? ENG_DEFER_EXTENT : ENG_DEFER_SPACE, pc[i].off,
+					pc[i].size);
+		else if (!node)
 			eng_space_put(db, pc[i].off, pc[i].size);
 		pthread_mutex_unlock(&db->man_mu);
+		if (node && !unsure)
+			free_sealed(db, pc[i].off, pc[i].size);
 	}
+}
+
+/* A table goes into a run of its own, to be sealed, when it is large enough
+ * that whole node pages waste little of it (FLUSH_SEAL_MIN: at most one page
+ * in four, about one in ten for a 16 MiB memtable) and the node has room for
+ * it twice over above the reserve (the table, and the compaction that will
+ * merge it).  Small tables (a memtable flushed early for a sync or its
+ * deletes) and tables written close to full go into the holes of the
+ * volume's slabs as before, which pack them to the byte and leave the
+ * node's last pages to compaction and to the deletes that will free space.
+ * Those stay writable by this mount until a compaction replaces them (with
+ * node extents, which no client can write); tables_unsealed counts them. */
+#define FLUSH_SEAL_MIN (4u << 20)
+static bool seal_room(struct eng_db *db, uint64_t est)
+{
+	return est >= FLUSH_SEAL_MIN && !atomic_load(&db->no_seal) &&
+	       !atomic_load(&db->space_low) &&
+	       atomic_load(&db->space_free) >= db->reserve + 2 * eng_node_extent_len(est);
+}
+
+/* The table in a run of its own: a slab from the node the size of the
+ * estimate, written, synced, then sealed (MN_OP_SEAL): the node keeps the
+ * pages the table fills as a node extent that no client can write any more
+ * (docs/memnode.md) and frees the rest; it is freed like a compaction's
+ * output.  -ENOSPC (no run that large free) and -EOPNOTSUPP (an older
+ * node): the caller puts the table in slab space instead. */
+static int write_sealed(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
+			uint64_t est, uint8_t **bufs, uint64_t number, struct eng_piece *pc,
+			bool *more)
+{
+	struct sst_meta meta = { 0 };
+	struct sst_index *idx = NULL;
+	struct mn_extent run, sealed;
+	struct flush_out fo;
+	int r;
+
+	for (;;) {
+		r = start ? dkv_iter_seek(it, start, slen) : dkv_iter_first(it);
+		if (r < 0)
+			return r;
+		r = mn_alloc_slab(db->mc, est, &run);
+		if (r)
+			return r;
+		memset(&fo, 0, sizeof(fo));
+		fo.db = db;
+		memcpy(fo.buf, bufs, sizeof(fo.buf));
+		fo.off = run.off;
+		fo.cap = run.len;
+		r = build_table(db, it, &fo, false, &meta, &idx, more);
+		if (r == 0)
+			break;
+		sst_index_destroy(idx);
+		idx = NULL;
+		sst_meta_release(&meta);
+		if (mn_free_slab(db->mc, run.off))
+			dkv_warn("could not free slab %llu (the next open reclaims it)",
+				 (unsigned long long)run.off);
+		if (r != -EOVERFLOW)
+			return r == -ENOSPC ? -EIO : r; /* -ENOSPC means: no run */
+		est = run.len * 2;
+	}
+	r = mn_sync(db->mc, run.off, meta.size);
+	if (!r)
+		r = mn_seal(db->mc, run.off, meta.size, &sealed);
+	if (r) {
+		sst_index_destroy(idx);
+		sst_meta_release(&meta);
+		if (mn_free_slab(db->mc, run.off) && mn_free_extents(db->mc, &run, 1))
+			dkv_warn("could not free table run %llu (the next open reclaims it)",
+				 (unsigned long long)run.off);
+		return r == -ENOSPC ? -EIO : r;
+	}
+	pc->number = number;
+	pc->off = run.off;
+	pc->size = meta.size;
+	pc->owner = ENG_TABLE_NODE;
+	pc->t = NULL;
+	r = eng_table_adopt(db, number, run.off, meta.size, ENG_TABLE_NODE, idx, &pc->t);
+	if (r) {
+		sst_index_destroy(idx);
+		free_sealed(db, run.off, meta.size);
+	} else {
+		atomic_fetch_add(&db->st_tables_sealed, 1);
+	}
+	sst_meta_release(&meta);
+	return r;
 }
 
 /* Space for a piece: from the slabs (growing them), or for the cleaner
@@ -230,6 +332,20 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 	bool cut = false;
 	int r;
 
+	if ((!pl || !pl->holes_only) && seal_room(db, est)) {
+		uint64_t number;
+
+		pthread_mutex_lock(&db->man_mu);
+		number = pl && pl->number ? pl->number : db->next_number++;
+		pthread_mutex_unlock(&db->man_mu);
+		r = write_sealed(db, it, start, slen, est, bufs, number, pc, more);
+		if (r == -EOPNOTSUPP && !atomic_exchange(&db->no_seal, true))
+			dkv_warn("the memory node cannot seal tables (an older version): tables "
+				 "go into slab space, writable by this mount (upgrade the node)");
+		if (r != -ENOSPC && r != -EOPNOTSUPP)
+			return r;
+		/* No run that large: slab space, as a full node must still flush. */
+	}
 	for (;;) {
 		r = start ? dkv_iter_seek(it, start, slen) : dkv_iter_first(it);
 		if (r < 0)
@@ -267,12 +383,15 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 	pthread_mutex_unlock(&db->man_mu);
 	pc->off = fo.off;
 	pc->size = meta.size;
+	pc->owner = ENG_TABLE_SLAB;
 	pc->t = NULL;
 	/* The edit that installs the piece makes WAL segments obsolete: on a
 	 * file-backed node the table must reach the file first (power loss). */
 	r = mn_sync(db->mc, fo.off, meta.size);
 	if (!r)
 		r = eng_table_adopt(db, pc->number, fo.off, meta.size, ENG_TABLE_SLAB, idx, &pc->t);
+	if (!r && (!pl || !pl->holes_only))
+		atomic_fetch_add(&db->st_tables_unsealed, 1);
 	if (r) {
 		sst_index_destroy(idx);
 		pthread_mutex_lock(&db->man_mu);
@@ -333,7 +452,7 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	e.has_wal_min = true;
 	e.wal_min = wal_min;
 	for (int i = 0; i < n && !r; i++)
-		r = eng_edit_add_table(&e, 0, pc[i].number, pc[i].off, pc[i].size, ENG_TABLE_SLAB);
+		r = eng_edit_add_table(&e, 0, pc[i].number, pc[i].off, pc[i].size, pc[i].owner);
 	if (!r)
 		r = eng_install_edit(db, &e, added, m);
 	unsure = e.unsure;

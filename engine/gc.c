@@ -306,7 +306,7 @@ static int rewrite(struct eng_gc *gc, const struct eng_version *v, int level, si
 		r = eng_edit_del_table(&e, level, t->number);
 	for (int i = 0; i < n && !r; i++)
 		r = eng_edit_add_table(&e, level, pc[i].number, pc[i].off, pc[i].size,
-				       ENG_TABLE_SLAB);
+				       pc[i].owner);
 	if (!r)
 		r = eng_install_edit(db, &e, n ? added : NULL, NULL);
 	unsure = e.unsure;

@@ -539,6 +539,21 @@ static int call_simple(struct mn_client *c, uint16_t op, const void *req, size_t
 	return mn_call(c, op, req, len, NULL, 0, rep, cap, rl);
 }
 
+/* Add extent e (from a reply) to the table and hand it out. */
+static int ext_add_out(struct mn_client *c, const struct mn_ext *e, struct mn_extent *out)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = ext_add(c, e); /* an entry at the same offset is replaced */
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		return rc;
+	out->off = e->off;
+	out->len = e->len;
+	return 0;
+}
+
 int mn_alloc_slab(struct mn_client *c, uint64_t len, struct mn_extent *out)
 {
 	uint8_t req[8], rep[24];
@@ -555,14 +570,7 @@ int mn_alloc_slab(struct mn_client *c, uint64_t len, struct mn_extent *out)
 	e = (struct mn_ext){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), get_u32(rep + 20) };
 	if (e.off < MN_HDR_SIZE || e.len < len)
 		return -EBADMSG;
-	pthread_mutex_lock(&c->lock);
-	rc = ext_add(c, &e);
-	pthread_mutex_unlock(&c->lock);
-	if (rc)
-		return rc;
-	out->off = e.off;
-	out->len = e.len;
-	return 0;
+	return ext_add_out(c, &e, out);
 }
 
 int mn_free_slab(struct mn_client *c, uint64_t off)
@@ -578,6 +586,26 @@ int mn_free_slab(struct mn_client *c, uint64_t off)
 		pthread_mutex_unlock(&c->lock);
 	}
 	return rc;
+}
+
+int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *out)
+{
+	uint8_t req[16], rep[MN_EXTENT_WIRE];
+	struct mn_ext e;
+	size_t rl = 0;
+	int rc;
+
+	put_u64(req, off);
+	put_u64(req + 8, keep);
+	rc = call_simple(c, MN_OP_SEAL, req, sizeof(req), rep, sizeof(rep), &rl);
+	if (rc)
+		return rc;
+	if (rl != sizeof(rep))
+		return -EBADMSG;
+	e = (struct mn_ext){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), rep[21] };
+	if (e.off != off || e.len < keep || (e.access & NET_ACCESS_REMOTE_WRITE))
+		return -EBADMSG;
+	return ext_add_out(c, &e, out); /* replaces the slab's: its grant was revoked */
 }
 
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n)

@@ -83,6 +83,14 @@ void mn_volume_info(const struct mn_client *c, struct mn_volume_info *out);
  * Errors: -ENOSPC (node full; nothing else is affected), -EIO. */
 int mn_alloc_slab(struct mn_client *c, uint64_t len, struct mn_extent *out);
 int mn_free_slab(struct mn_client *c, uint64_t off);
+/* Seal slab off, which the caller has filled with a table of keep bytes
+ * (written and, on a file-backed node, synced): the node turns it into a
+ * node extent of the pages those bytes need, read-only to every client
+ * from then on, and frees the rest; free it with mn_free_extents.  *out:
+ * the sealed extent.  Errors: -ENOENT/-EPERM (not a slab of this volume),
+ * -EINVAL (keep 0 or past the slab), -EBUSY (a compaction job reads it),
+ * -EOPNOTSUPP (a node older than the call), -EIO. */
+int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *out);
 /* Every extent the volume owns (slabs and node extents), for recovery and GC:
  * *out is malloc'ed, caller frees. */
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n);

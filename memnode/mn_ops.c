@@ -173,6 +173,18 @@ static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_cal
 	reply_err(call, rc);
 }
 
+/* One extent entry of LIST_EXTENTS, GRANT and SEAL replies (docs/rpc.md). */
+static void put_extent(uint8_t *e, uint64_t off, uint64_t len, uint32_t rkey, enum mn_kind kind,
+		       unsigned acc)
+{
+	put_u64(e, off);
+	put_u64(e + 8, len);
+	put_u32(e + 16, rkey);
+	e[20] = (uint8_t)kind;
+	e[21] = (uint8_t)acc;
+	put_u16(e + 22, 0);
+}
+
 static void op_list_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 			    const uint8_t *req, size_t len)
 {
@@ -200,12 +212,7 @@ static void op_list_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_
 		rc = mn_conn_grant(s, mc, off, elen, kind, &rkey, &acc);
 		if (rc)
 			break;
-		put_u64(e, off);
-		put_u64(e + 8, elen);
-		put_u32(e + 16, rkey);
-		e[20] = (uint8_t)kind;
-		e[21] = (uint8_t)acc;
-		put_u16(e + 22, 0);
+		put_extent(e, off, elen, rkey, kind, acc);
 		n++;
 	}
 	if (cursor >= s->rg.npages)
@@ -242,12 +249,44 @@ static void op_grant(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		return reply_err(call, rc);
-	put_u64(rep, start);
-	put_u64(rep + 8, rlen);
-	put_u32(rep + 16, rkey);
-	rep[20] = (uint8_t)kind;
-	rep[21] = (uint8_t)acc;
-	put_u16(rep + 22, 0);
+	put_extent(rep, start, rlen, rkey, kind, acc);
+	rpc_reply(call, 0, rep, sizeof(rep));
+}
+
+/* A slab the writer filled with a table becomes a node extent of the pages
+ * the table needs (the rest is freed), read-only to every connection: its
+ * grants are revoked everywhere, and the reply carries this connection's
+ * new read-only one (GRANT's format).  Not while a compaction job reads
+ * the slab (the freed tail could be handed out under it): -EBUSY. */
+static void op_seal(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		    const uint8_t *req, size_t len)
+{
+	uint64_t off, keep, sealed = 0;
+	uint8_t rep[MN_EXTENT_WIRE];
+	uint32_t rkey = 0;
+	unsigned acc = 0;
+	int rc;
+
+	if (len != 16)
+		return reply_err(call, -EINVAL);
+	off = get_u64(req);
+	keep = get_u64(req + 8);
+	pthread_mutex_lock(&s->lock);
+	rc = mn_owns(&s->rg, mc->vol, MN_KIND_SLAB, off);
+	if (!rc && s->running &&
+	    mn_compact_reads(s, mc->vol, off,
+			     (uint64_t)s->rg.run[off / MN_PAGE_SIZE] * MN_PAGE_SIZE))
+		rc = -EBUSY;
+	if (!rc)
+		rc = mn_region_seal(&s->rg, mc->vol, off, keep, &sealed);
+	if (!rc) {
+		mn_revoke_all(s, mc->vol, off);
+		rc = mn_conn_grant(s, mc, off, sealed, MN_KIND_NODE, &rkey, &acc);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return reply_err(call, rc);
+	put_extent(rep, off, sealed, rkey, MN_KIND_NODE, acc);
 	rpc_reply(call, 0, rep, sizeof(rep));
 }
 
@@ -579,6 +618,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_DISCARD] = { "discard", V | W | I, op_discard },
 	[MN_OP_COPY] = { "copy", V | W, op_copy }, /* up to 2 MiB of memcpy: a worker */
 	[MN_OP_COMPACT] = { "compact", V | W, mn_op_compact }, /* memnode/mn_compact.c */
+	[MN_OP_SEAL] = { "seal", V | W | I, op_seal },
 };
 #undef V
 #undef W

@@ -538,6 +538,45 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 	return 0;
 }
 
+int mn_region_seal(struct mn_region *r, int v, uint64_t off, uint64_t keep, uint64_t *newlen)
+{
+	uint32_t p, n, k;
+	struct mn_vol *vo;
+	int rc = mn_owns(r, v, MN_KIND_SLAB, off);
+
+	if (rc)
+		return rc;
+	p = (uint32_t)(off / MN_PAGE_SIZE);
+	n = r->run[p];
+	if (!keep || keep > (uint64_t)n * MN_PAGE_SIZE)
+		return -EINVAL;
+	k = (uint32_t)((keep + MN_PAGE_SIZE - 1) / MN_PAGE_SIZE);
+	/* Head first: until the last entry is written the pages disagree with
+	 * the head and a rebuild drops the whole run. */
+	map_put(r, p, r->vols[v].id, MN_KIND_NODE, true, k);
+	for (uint32_t i = 1; i < k; i++)
+		map_put(r, p + i, r->vols[v].id, MN_KIND_NODE, false, 0);
+	for (uint32_t i = k; i < n; i++)
+		map_put(r, p + i, 0, 0, false, 0);
+	mn_region_sync(r, MN_MAP_OFF + (uint64_t)p * MN_MAP_ENTRY, (uint64_t)n * MN_MAP_ENTRY);
+	vo = &r->vols[v];
+	r->slab_pages -= n;
+	vo->used_slab -= (uint64_t)n * MN_PAGE_SIZE;
+	r->node_pages += k;
+	vo->used_node += (uint64_t)k * MN_PAGE_SIZE;
+	r->used_pages -= n - k;
+	for (uint32_t i = p; i < p + k; i++)
+		r->kind[i] = MN_KIND_NODE;
+	r->run[p] = k;
+	if (k < n) {
+		for (uint32_t i = p + k; i < p + n; i++)
+			r->owner[i] = 0, r->kind[i] = 0, r->run[i] = 0;
+		discard_freed_run(r, p + k, n - k);
+	}
+	*newlen = (uint64_t)k * MN_PAGE_SIZE;
+	return 0;
+}
+
 int mn_region_in_slabs(const struct mn_region *r, int v, uint64_t off, uint64_t len)
 {
 	if (v < 0 || v >= MN_MAX_VOLUMES || !r->vols[v].in_use || !len || off >= r->size ||

@@ -103,6 +103,14 @@ int mn_region_in_slabs(const struct mn_region *r, int v, uint64_t off, uint64_t 
  * no such run, -EPERM if it is not v's or of another kind.  Its pages go
  * back to the OS before they can be allocated again. */
 int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
+/* Seal slab run off of volume v: it becomes a node extent (read-only to
+ * every client, freed with FREE_EXTENTS) of the first keep bytes (rounded
+ * up to pages); the pages past them are freed.  For a table its writer has
+ * finished.  0, -ENOENT / -EPERM as mn_free, -EINVAL (keep 0 or past the
+ * run).  A node killed half way loses the run: its writer has not
+ * installed it yet (the map is written head first and rebuild drops a run
+ * whose pages disagree). */
+int mn_region_seal(struct mn_region *r, int v, uint64_t off, uint64_t keep, uint64_t *newlen);
 /* Would mn_free(r, v, kind, off) succeed?  0 or its error. */
 int mn_owns(const struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
 /* The run starting at or after page *cursor that belongs to v: 0 and the run

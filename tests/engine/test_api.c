@@ -1,6 +1,8 @@
 /* tests/engine/test_api.c — the API's edges: argument errors, the writer
  * lease, read-only opens, large values, sync writes, stats, the tcp
  * transport, and a damaged table (-DKV_E_CORRUPT, never a crash). */
+#include <fcntl.h>
+
 #include "common/err.h"
 #include "engine/eng_int.h"
 #include "tests/engine/eng_test.h"
@@ -199,7 +201,10 @@ Test(api, damaged_table_reports_corrupt)
 	size_t vl;
 	int r, bad = 0;
 
-	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	char backing[64];
+	snprintf(backing, sizeof(backing), "/tmp/dkvfs-test-damaged-%d", (int)getpid());
+	unlink(backing);
+	cr_assert_eq(tnode_start(&node, 128u << 20, backing, NULL), 0);
 	topts(&o, &node);
 	o.memtable_size = 1u << 20;
 	cr_assert_eq(eng_open(&o, &db), 0);
@@ -207,10 +212,16 @@ Test(api, damaged_table_reports_corrupt)
 	cr_assert_eq(eng_flush(db), 0);
 	cr_assert_eq(db->current->nfiles[0], 1);
 	t = db->current->files[0][0];
-	/* Scribble over the data area (but not the tail the index came from). */
 	memset(junk, 0x5a, sizeof(junk));
+	/* Damage in the node's memory itself (the backing file it maps
+	 * shared; a sealed table could not be written by a client): the data
+	 * area, not the tail the index came from. */
+	int fd = open(backing, O_RDWR);
+	cr_assert_geq(fd, 0);
 	for (uint64_t off = 0; off + sizeof(junk) < t->meta.data_len; off += 1024)
-		cr_assert_eq(mn_write(db->mc, t->off + off, junk, sizeof(junk)), 0);
+		cr_assert_eq(pwrite(fd, junk, sizeof(junk), (off_t)(t->off + off)),
+			     (ssize_t)sizeof(junk));
+	close(fd);
 	for (unsigned i = 0; i < 200; i++) {
 		char k[32];
 
@@ -227,6 +238,81 @@ Test(api, damaged_table_reports_corrupt)
 	cr_assert(r == -DKV_E_CORRUPT || r == -EBADMSG, "scan over damage: %d", r);
 	cr_assert_eq(eng_iter_next(it), r, "errors are sticky");
 	eng_iter_destroy(it);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	unlink(backing);
+}
+
+/* Every step-th of keys 0..5999, written with 1 KiB values of 'v'. */
+static void big_ok(eng_db *db, unsigned step)
+{
+	char want[1024];
+
+	memset(want, 'v', sizeof(want));
+	for (unsigned i = 0; i < 6000; i += step) {
+		char k[32];
+		void *v;
+		size_t vl;
+
+		cr_assert_eq(eng_get(db, NULL, k, tkey(k, sizeof(k), i), &v, &vl), 0, "key %u", i);
+		cr_assert(vl == sizeof(want) && !memcmp(v, want, vl), "key %u", i);
+		free(v);
+	}
+}
+
+/* A flushed memtable of a few MiB becomes a table in a run of its own,
+ * sealed: read-only to every client, this writer's included, and freed as
+ * a node extent once compacted away; reads, a reopen and a compaction work
+ * as before.  A small one (an early flush) goes into slab space. */
+Test(api, flushed_table_is_sealed_read_only)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct eng_table *t;
+	struct mn_node_stats ns;
+	char val[1024];
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 16u << 20;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	memset(val, 'v', sizeof(val));
+	for (unsigned i = 0; i < 6000; i++) {
+		char k[32];
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), val, sizeof(val)), 0);
+	}
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(db->current->nfiles[0], 1);
+	t = db->current->files[0][0];
+	uint64_t t_off = t->off, t_len = t->len, t_number = t->number;
+	cr_assert_eq(t->owner, ENG_TABLE_NODE, "a 6 MiB flush is sealed");
+	cr_assert_eq(mn_write(db->mc, t_off, val, 64), -DKV_E_GRANT,
+		     "the writer itself cannot write its installed table");
+	cr_assert_eq(mn_write(db->mc, t_off + t_len - 64, val, 64), -DKV_E_GRANT);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tables_sealed, 1);
+	cr_assert_eq(st.tables_unsealed, 0);
+	cr_assert_eq(mn_stats(db->mc, &ns), 0);
+	cr_assert_geq(ns.used_node, t_len, "the table is a node extent");
+	cr_assert_lt(ns.used_node, t_len + (1u << 20), "of the pages it fills, no more");
+	put_n(db, 10000, 10);
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tables_unsealed, 1, "a small flush goes into slab space");
+	cr_assert_eq(eng_close(db), 0);
+
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(mn_write(db->mc, t_off, val, 64), -DKV_E_GRANT, "after a reopen too");
+	big_ok(db, 97);
+	/* Merged away by a compaction, and everything still reads. */
+	cr_assert_eq(eng_compact_all(db), 0);
+	for (int l = 0; l < ENG_LEVELS; l++)
+		for (size_t i = 0; i < db->current->nfiles[l]; i++)
+			cr_assert_neq(db->current->files[l][i]->number, t_number);
+	big_ok(db, 997);
+	get_ok(db, 10009);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }

@@ -275,3 +275,63 @@ Test(region, a_free_returns_the_free_neighbour_a_folio_dirtied)
 	}
 	mn_region_close(&r);
 }
+
+/* Sealing a slab (a table its writer finished) makes it a node extent of
+ * the pages the table needs and frees the rest; a restart keeps that.  A
+ * seal torn half way (the head rewritten, the tail not yet) loses the run,
+ * which its writer had not installed. */
+Test(region, seal_keeps_the_table_pages_as_a_node_extent)
+{
+	struct mn_region r;
+	uint64_t a, b, len, sealed = 0, st, rl;
+	enum mn_kind kd;
+	int v, w;
+
+	cr_assert_eq(mn_region_open(&r, path, 16 << 20), 0);
+	v = mn_vol_create(&r, "v");
+	w = mn_vol_create(&r, "w");
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 5 << 20, &a, &len), 0);
+	memcpy(r.base + a + (1 << 20) + 100, "table", 5);
+	cr_assert_eq(mn_region_seal(&r, w, a, 1 << 20, &sealed), -EPERM, "not w's");
+	cr_assert_eq(mn_region_seal(&r, v, a + (1 << 20), 1 << 20, &sealed), -ENOENT, "no head");
+	cr_assert_eq(mn_region_seal(&r, v, a, 0, &sealed), -EINVAL);
+	cr_assert_eq(mn_region_seal(&r, v, a, (5 << 20) + 1, &sealed), -EINVAL);
+	cr_assert_eq(mn_region_seal(&r, v, a, (1 << 20) + 200, &sealed), 0);
+	cr_assert_eq(sealed, 2 << 20, "rounded up to whole pages");
+	cr_assert_eq(mn_run_at(&r, v, a, &st, &rl, &kd), 0);
+	cr_assert_eq(rl, 2 << 20);
+	cr_assert_eq(kd, MN_KIND_NODE);
+	cr_assert_eq(r.vols[v].used_slab, 0);
+	cr_assert_eq(r.vols[v].used_node, 2 << 20);
+	cr_assert_eq(r.used_pages, 1 + 2);
+	cr_assert_eq(mn_run_at(&r, v, a + (2 << 20), &st, &rl, &kd), -ENOENT, "tail freed");
+	cr_assert_eq(mn_region_seal(&r, v, a, 1, &sealed), -EPERM, "sealed once");
+	cr_assert_eq(mn_free(&r, v, MN_KIND_SLAB, a), -EPERM, "no longer a slab");
+	/* The freed tail is allocatable: 3 pages right after the table. */
+	cr_assert_eq(mn_alloc(&r, w, MN_KIND_SLAB, 3 << 20, &b, &len), 0);
+	cr_assert_eq(b, a + (2 << 20));
+	mn_region_close(&r);
+
+	cr_assert_eq(mn_region_open(&r, path, 16 << 20), 0);
+	cr_assert_eq(mn_run_at(&r, v, a, &st, &rl, &kd), 0);
+	cr_assert_eq(rl, 2 << 20);
+	cr_assert_eq(kd, MN_KIND_NODE, "a restart keeps the seal");
+	cr_assert_arr_eq(r.base + a + (1 << 20) + 100, "table", 5);
+	cr_assert_eq(mn_free(&r, w, MN_KIND_SLAB, b), 0);
+	/* A torn seal: v's head says node extent, its second page still slab. */
+	uint64_t c;
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 3 << 20, &c, &len), 0);
+	mn_region_close(&r);
+	uint8_t e[MN_MAP_ENTRY] = { 0 };
+	put_u32(e, r.vols[v].id);
+	e[4] = MN_KIND_NODE;
+	e[5] = 1;
+	put_u32(e + 8, 2);
+	put_u32(e + 12, crc32c(e, 12));
+	poke(MN_MAP_OFF + (c >> 20) * MN_MAP_ENTRY, e, sizeof(e));
+	cr_assert_eq(mn_region_open(&r, path, 16 << 20), 0);
+	cr_assert_eq(mn_run_at(&r, v, c, &st, &rl, &kd), -ENOENT, "a torn seal drops the run");
+	cr_assert_eq(mn_run_at(&r, v, a, &st, &rl, &kd), 0, "the sealed table stays");
+	cr_assert_eq(r.used_pages, 1 + 2);
+	mn_region_close(&r);
+}

@@ -1,0 +1,222 @@
+/* tests/memnode/test_seal.c — a table its writer sealed (MN_OP_SEAL) is
+ * read-only to every client: on the wire, whatever rkey a peer presents,
+ * and through mn_client; the seal keeps the pages the table needs, frees
+ * the rest, and the result is freed as a node extent. */
+#include "common/coding.h"
+#include "memnode/mn_client_int.h"
+#include "memnode/mn_int.h"
+#include "memnode/mn_proto.h"
+#include "mn_test.h"
+#include "net/rpc.h"
+
+TestSuite(seal, .timeout = 60);
+
+/* A raw connection to volume "v": what a hostile compute node can send. */
+struct raw {
+	struct net_domain *d;
+	struct rpc_chan *ch;
+	struct net_mr *mr;
+	uint64_t base, secret;
+	uint8_t buf[4096];
+};
+
+static int raw_open(struct raw *w, const char *addr, bool writer, uint64_t secret)
+{
+	struct mn_hello h = { .version = MN_PROTO_VERSION };
+	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX], req[14], rep[64];
+	size_t rl = sizeof(rp), rlen = 0;
+	struct net_conn *conn;
+	int rc;
+
+	mn_hello_encode(hello, &h);
+	cr_assert_eq(net_connect(w->d, addr, NULL, hello, sizeof(hello), &conn, rp, &rl), 0);
+	cr_assert_eq(rpc_chan_create(w->d, conn, 3000, &w->ch), 0);
+	req[0] = MN_OPEN_CREATE | (writer ? MN_OPEN_WRITER : 0);
+	req[1] = 1;
+	put_u16(req + 2, 0);
+	put_u64(req + 4, secret);
+	req[12] = 'v';
+	rc = rpc_call(w->ch, MN_OP_OPEN, req, 13, NULL, rep, sizeof(rep), &rlen);
+	if (!rc) {
+		cr_assert_eq(rlen, MN_OPEN_REPLY_SIZE);
+		w->base = get_u64(rep + 24);
+		w->secret = get_u64(rep + 40);
+	}
+	return rc;
+}
+
+static void raw_close(struct raw *w)
+{
+	rpc_chan_unref(w->ch);
+	w->ch = NULL;
+}
+
+/* One READ or WRITE of n bytes of w->buf at region offset off. */
+static int raw_io(struct raw *w, bool write, uint64_t off, uint32_t rkey, size_t n)
+{
+	uint64_t hd;
+	int rc = write ? rpc_post_write(w->ch, w->buf, n, w->mr->lkey, w->base + off, rkey, &hd)
+		       : rpc_post_read(w->ch, w->buf, n, w->mr->lkey, w->base + off, rkey, &hd);
+
+	return rc ? rc : rpc_wait(w->ch, hd, 3000);
+}
+
+/* An extent reply (GRANT, SEAL): off, len, rkey, kind, access. */
+struct ext_reply {
+	uint64_t off, len;
+	uint32_t rkey;
+	unsigned kind, access;
+};
+
+static int raw_call_ext(struct raw *w, uint16_t op, const uint8_t *req, size_t len,
+			struct ext_reply *x)
+{
+	uint8_t rep[MN_EXTENT_WIRE];
+	size_t rl = 0;
+	int rc = rpc_call(w->ch, op, req, len, NULL, rep, sizeof(rep), &rl);
+
+	if (rc)
+		return rc;
+	cr_assert_eq(rl, MN_EXTENT_WIRE);
+	*x = (struct ext_reply){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), rep[20],
+				 rep[21] };
+	return 0;
+}
+
+Test(seal, a_sealed_table_is_read_only_on_the_wire)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct raw w = { 0 };
+	struct ext_reply x;
+	uint8_t req[16], rep[24];
+	size_t rl = 0;
+
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &w.d), 0);
+	cr_assert_eq(net_reg_mr(w.d, w.buf, sizeof(w.buf), NET_ACCESS_LOCAL_WRITE, &w.mr), 0);
+	cr_assert_eq(raw_open(&w, mn_server_addr(s), true, 0), 0);
+	put_u64(req, 3 << 20);
+	cr_assert_eq(rpc_call(w.ch, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl), 0);
+	uint64_t off = get_u64(rep);
+	uint32_t slab_rkey = get_u32(rep + 16);
+	memset(w.buf, 'T', sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, true, off, slab_rkey, sizeof(w.buf)), 0, "the writer fills its slab");
+	/* A reader of the volume holds a grant of the whole slab. */
+	struct raw rd = { 0 };
+	rd.d = w.d;
+	cr_assert_eq(net_reg_mr(rd.d, rd.buf, sizeof(rd.buf), NET_ACCESS_LOCAL_WRITE, &rd.mr), 0);
+	cr_assert_eq(raw_open(&rd, mn_server_addr(s), false, 0), 0);
+	put_u64(req, off);
+	cr_assert_eq(raw_call_ext(&rd, MN_OP_GRANT, req, 8, &x), 0);
+	cr_assert_eq(x.len, 3 << 20);
+	uint32_t reader_rkey = x.rkey;
+
+	put_u64(req, off);
+	put_u64(req + 8, sizeof(w.buf));
+	cr_assert_eq(raw_call_ext(&w, MN_OP_SEAL, req, 16, &x), 0);
+	cr_assert_eq(x.off, off);
+	cr_assert_eq(x.len, 1 << 20, "one page kept, two freed");
+	cr_assert_eq(x.kind, MN_KIND_NODE);
+	cr_assert_eq(x.access & NET_ACCESS_REMOTE_WRITE, 0, "the new grant is read-only");
+	memset(w.buf, 0, sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, false, off, x.rkey, sizeof(w.buf)), 0);
+	cr_assert_eq(w.buf[0], 'T');
+	cr_assert_eq(w.buf[sizeof(w.buf) - 1], 'T');
+	/* The freed pages go to another volume, which writes its own bytes:
+	 * the reader's grant of the whole slab must not reach them. */
+	struct mn_client *u;
+	struct mn_extent ue;
+	char secret[64];
+	memset(secret, 'S', sizeof(secret));
+	cr_assert_eq(mt_open(mn_server_addr(s), "u", true, NULL, 3000, &u), 0);
+	cr_assert_eq(mn_alloc_slab(u, 2 << 20, &ue), 0);
+	cr_assert_eq(ue.off, off + (1 << 20), "first fit: the pages the seal freed");
+	cr_assert_eq(mn_write(u, ue.off, secret, sizeof(secret)), 0);
+	memset(rd.buf, 0, sizeof(rd.buf));
+	int rc = raw_io(&rd, false, off + (1 << 20), reader_rkey, 64);
+	cr_assert_eq(rc, -DKV_E_GRANT,
+		     "a grant from before the seal must not read past the sealed table: %s",
+		     dkv_strerror(rc));
+	cr_assert_neq(rd.buf[0], 'S', "another volume's bytes leaked");
+	raw_close(&rd);
+	net_dereg_mr(rd.mr);
+	mn_client_close(u);
+	/* The slab's write grant died with the seal. */
+	memset(w.buf, 'X', sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, true, off, slab_rkey, sizeof(w.buf)), -DKV_E_GRANT,
+		     "a write with the slab's rkey after the seal must be refused");
+	raw_close(&w);
+
+	/* The same writer, reconnected with its lease: the table is a node
+	 * extent, granted read-only, and a write with that grant is refused. */
+	cr_assert_eq(raw_open(&w, mn_server_addr(s), true, w.secret), 0);
+	put_u64(req, off);
+	cr_assert_eq(raw_call_ext(&w, MN_OP_GRANT, req, 8, &x), 0);
+	cr_assert_eq(x.kind, MN_KIND_NODE);
+	cr_assert_eq(x.len, 1 << 20);
+	cr_assert_eq(x.access & NET_ACCESS_REMOTE_WRITE, 0);
+	memset(w.buf, 'Y', sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, true, off, x.rkey, 64), -DKV_E_GRANT);
+	raw_close(&w);
+
+	/* Nothing of either write landed. */
+	cr_assert_eq(raw_open(&w, mn_server_addr(s), false, 0), 0);
+	put_u64(req, off);
+	cr_assert_eq(raw_call_ext(&w, MN_OP_GRANT, req, 8, &x), 0);
+	memset(w.buf, 0, sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, false, off, x.rkey, sizeof(w.buf)), 0);
+	for (size_t i = 0; i < sizeof(w.buf); i++)
+		cr_assert_eq(w.buf[i], 'T', "byte %zu of the sealed table changed", i);
+	raw_close(&w);
+	net_dereg_mr(w.mr);
+	net_domain_destroy(w.d);
+	mn_server_destroy(s);
+}
+
+Test(seal, sealed_extent_is_trimmed_read_only_and_freed_as_a_node_extent)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c, *r;
+	struct mn_extent e, sealed, *list = NULL;
+	struct mn_node_stats st0, st1;
+	size_t n = 0;
+	char buf[100];
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 4 << 20, &e), 0);
+	cr_assert_eq(mn_write(c, e.off + (1 << 20), "the table", 9), 0);
+	cr_assert_eq(mn_stats(c, &st0), 0);
+	cr_assert_eq(mn_seal(c, e.off, 0, &sealed), -EINVAL);
+	cr_assert_eq(mn_seal(c, e.off, (4 << 20) + 1, &sealed), -EINVAL);
+	cr_assert_eq(mn_seal(c, e.off + (1 << 20), 1, &sealed), -ENOENT, "not a run's start");
+	cr_assert_eq(mn_seal(c, e.off, (1 << 20) + 9, &sealed), 0);
+	cr_assert_eq(sealed.off, e.off);
+	cr_assert_eq(sealed.len, 2 << 20);
+	cr_assert_eq(mn_stats(c, &st1), 0);
+	cr_assert_eq(st1.used_slabs + (4 << 20), st0.used_slabs);
+	cr_assert_eq(st1.used_node, st0.used_node + (2 << 20));
+	cr_assert_eq(mn_seal(c, e.off, 1, &sealed), -EPERM, "sealed once");
+	cr_assert_eq(mn_write(c, e.off, "x", 1), -DKV_E_GRANT);
+	memset(buf, 0, sizeof(buf));
+	cr_assert_eq(mn_read(c, e.off + (1 << 20), buf, 9), 0);
+	cr_assert_str_eq(buf, "the table");
+	cr_assert_eq(mn_free_slab(c, e.off), -EPERM, "a node extent now");
+	cr_assert_eq(mn_list_extents(c, &list, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(list[0].len, 2 << 20);
+	free(list);
+
+	/* A reader may not seal; the writer frees it with FREE_EXTENTS. */
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", false, NULL, 3000, &r), 0);
+	struct mn_extent e2;
+	cr_assert_eq(mn_alloc_slab(c, 1 << 20, &e2), 0);
+	cr_assert_eq(mn_seal(r, e2.off, 1, &sealed), -EROFS);
+	mn_client_close(r);
+	cr_assert_eq(mn_free_extents(c, &(struct mn_extent){ e.off, 2 << 20 }, 1), 0);
+	cr_assert_eq(mn_read(c, e.off, buf, 1), -DKV_E_GRANT, "freed");
+	cr_assert_eq(mn_list_extents(c, &list, &n), 0);
+	cr_assert_eq(n, 1, "only the second slab is left");
+	cr_assert_eq(list[0].off, e2.off);
+	free(list);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
