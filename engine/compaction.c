@@ -432,6 +432,10 @@ static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const str
 		return r;
 	}
 	r = mn_write(db->mc, x.off, p, len);
+	/* The edit that installs it drops the inputs: on a file-backed node
+	 * the output must reach the file first (power loss), as a flush's. */
+	if (!r)
+		r = mn_sync(db->mc, x.off, len);
 	if (r)
 		return r;
 	atomic_fetch_add(&db->st_comp_net, len);

@@ -84,6 +84,7 @@ struct mn_server {
 	unsigned nconns;
 
 	atomic_uint_fast64_t compactions, compaction_bytes_read, compaction_bytes_written;
+	atomic_uint_fast64_t synced_bytes; /* asked for by SYNC, on a file-backed node */
 	/* Running compaction jobs and the frees that wait for them
 	 * (mn_compact.c), under lock. */
 	struct job *running;

@@ -462,7 +462,10 @@ static void op_sync(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	if (off > s->rg.size || l > s->rg.size - off)
 		return reply_err(call, -EINVAL);
 	/* msync needs no lock: the mapping lives as long as the server. */
-	reply_err(call, mn_region_sync(&s->rg, off, l));
+	int rc = mn_region_sync(&s->rg, off, l);
+	if (!rc && s->rg.file_backed)
+		atomic_fetch_add(&s->synced_bytes, l);
+	reply_err(call, rc);
 }
 
 /* Append printf output to a bounded text buffer. */
@@ -514,8 +517,9 @@ static void op_stats(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	f[11] = atomic_load(&s->compaction_bytes_written);
 	unsigned running = 0, deferred = 0;
 	mn_compact_counts(s, &running, &deferred);
-	tb_printf(&t, "file_backed: %d\nbad_requests: %llu\n", s->rg.file_backed,
-		  (unsigned long long)rs.bad_requests);
+	tb_printf(&t, "file_backed: %d\nbad_requests: %llu\nsynced_bytes: %llu\n", s->rg.file_backed,
+		  (unsigned long long)rs.bad_requests,
+		  (unsigned long long)atomic_load(&s->synced_bytes));
 	tb_printf(&t, "compaction_jobs: %u\ncompaction_jobs_running: %u\ndeferred_frees: %u\n",
 		  running, s->jobs_active, deferred);
 	/* Names of volumes and peers are node-wide: admin only.  A volume's
