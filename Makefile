@@ -25,9 +25,10 @@ TESTS    ?=
 .DEFAULT_GOAL := all
 
 # Compile with one job per CPU unless the caller chose a -j of its own (the
-# ASan build takes 3m25s on one job here, 1m45s on two).  Tests still run one
-# binary at a time (scripts/run-tests.sh).
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# ASan build takes 3m25s on one job here, 1m45s on two).  Only the top-level
+# make sets it: a sub-make (check-asan, fuzz) shares its jobs.  Tests still
+# run one binary at a time (scripts/run-tests.sh).
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
 

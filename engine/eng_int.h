@@ -400,7 +400,6 @@ struct eng_db {
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
 	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
-	_Atomic bool no_seal;         /* the node cannot seal (an older version) */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
 	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */

@@ -238,8 +238,7 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
 #define FLUSH_SEAL_MIN (4u << 20)
 static bool seal_room(struct eng_db *db, uint64_t est)
 {
-	return est >= FLUSH_SEAL_MIN && !atomic_load(&db->no_seal) &&
-	       !atomic_load(&db->space_low) &&
+	return est >= FLUSH_SEAL_MIN && !atomic_load(&db->space_low) &&
 	       atomic_load(&db->space_free) >= db->reserve + 2 * eng_node_extent_len(est);
 }
 
@@ -247,8 +246,9 @@ static bool seal_room(struct eng_db *db, uint64_t est)
  * estimate, written, synced, then sealed (MN_OP_SEAL): the node keeps the
  * pages the table fills as a node extent that no client can write any more
  * (docs/memnode.md) and frees the rest; it is freed like a compaction's
- * output.  -ENOSPC (no run that large free) and -EOPNOTSUPP (an older
- * node): the caller puts the table in slab space instead. */
+ * output.  -ENOSPC (no run that large free): the caller puts the table in
+ * slab space instead.  (A node without SEAL speaks an older protocol and
+ * refuses the connection: MN_PROTO_VERSION.) */
 static int write_sealed(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
 			uint64_t est, uint8_t **bufs, uint64_t number, struct eng_piece *pc,
 			bool *more)
@@ -339,10 +339,7 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 		number = pl && pl->number ? pl->number : db->next_number++;
 		pthread_mutex_unlock(&db->man_mu);
 		r = write_sealed(db, it, start, slen, est, bufs, number, pc, more);
-		if (r == -EOPNOTSUPP && !atomic_exchange(&db->no_seal, true))
-			dkv_warn("the memory node cannot seal tables (an older version): tables "
-				 "go into slab space, writable by this mount (upgrade the node)");
-		if (r != -ENOSPC && r != -EOPNOTSUPP)
+		if (r != -ENOSPC)
 			return r;
 		/* No run that large: slab space, as a full node must still flush. */
 	}

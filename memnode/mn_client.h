@@ -89,7 +89,7 @@ int mn_free_slab(struct mn_client *c, uint64_t off);
  * from then on, and frees the rest; free it with mn_free_extents.  *out:
  * the sealed extent.  Errors: -ENOENT/-EPERM (not a slab of this volume),
  * -EINVAL (keep 0 or past the slab), -EBUSY (a compaction job reads it),
- * -EOPNOTSUPP (a node older than the call), -EIO. */
+ * -EIO. */
 int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *out);
 /* Every extent the volume owns (slabs and node extents), for recovery and GC:
  * *out is malloc'ed, caller frees. */

@@ -142,13 +142,20 @@ static void op_alloc_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_ca
 /* Free run off of volume vol and revoke every grant on it - or, while a
  * running compaction job reads it, check that it could be freed and leave it
  * for when the last such job ends (mn_compact.h).  Lock held. */
-static int free_pinned(struct mn_server *s, int vol, enum mn_kind kind, uint64_t off)
+/* Does a running compaction job of vol read the run at off?  Lock held. */
+static bool run_pinned(struct mn_server *s, int vol, uint64_t off)
 {
 	uint64_t p = off / MN_PAGE_SIZE;
+
+	return p < s->rg.npages && s->running &&
+	       mn_compact_reads(s, vol, off, (uint64_t)s->rg.run[p] * MN_PAGE_SIZE);
+}
+
+static int free_pinned(struct mn_server *s, int vol, enum mn_kind kind, uint64_t off)
+{
 	int r;
 
-	if (p < s->rg.npages && s->running &&
-	    mn_compact_reads(s, vol, off, (uint64_t)s->rg.run[p] * MN_PAGE_SIZE)) {
+	if (run_pinned(s, vol, off)) {
 		r = mn_owns(&s->rg, vol, kind, off);
 		return r ? r : mn_compact_defer_free(s, vol, kind, off);
 	}
@@ -273,9 +280,7 @@ static void op_seal(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	keep = get_u64(req + 8);
 	pthread_mutex_lock(&s->lock);
 	rc = mn_owns(&s->rg, mc->vol, MN_KIND_SLAB, off);
-	if (!rc && s->running &&
-	    mn_compact_reads(s, mc->vol, off,
-			     (uint64_t)s->rg.run[off / MN_PAGE_SIZE] * MN_PAGE_SIZE))
+	if (!rc && run_pinned(s, mc->vol, off))
 		rc = -EBUSY;
 	if (!rc)
 		rc = mn_region_seal(&s->rg, mc->vol, off, keep, &sealed);

@@ -19,8 +19,9 @@
 
 #include "memnode/mn_client.h"
 
-#define MN_PROTO_VERSION 3 /* 2: OPEN carries a lease secret, not a client id;
-			      3: a 53-byte hello (rdma carries 55 bytes of connect data) */
+#define MN_PROTO_VERSION 4 /* 2: OPEN carries a lease secret, not a client id;
+			      3: a 53-byte hello (rdma carries 55 bytes of connect data);
+			      4: SEAL (a client seals the tables it flushes) */
 #define MN_HELLO_MAGIC   0x484d4b44u /* "DKMH" */
 #define MN_WELCOME_MAGIC 0x414d4b44u /* "DKMA" */
 #define MN_HELLO_SIZE    53
