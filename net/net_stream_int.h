@@ -359,7 +359,7 @@ void *ns_rx_main(void *arg);
  * if no other thread is serving it.  Blocks only inside a partly arrived
  * frame (bounded by op_timeout).  0; 1 when another thread is serving it;
  * or the error that broke c. */
-int ns_rx_progress(struct ns_conn *c);
+int ns_rx_progress(struct ns_conn *c, unsigned *served);
 /* Enter and leave the set of pollers driving c; leaving as the last one
  * hands the input back to the rx thread. */
 void ns_poller_enter(struct ns_conn *c);

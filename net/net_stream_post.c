@@ -215,18 +215,21 @@ static int reap(struct ns_conn *c, struct net_wc *wc, int max)
  * for the socket or for a completion from another path (the local mapping
  * path, a flush) on the eventfd: poll(0) while spinning, else blocking up
  * to deadline. */
-static void drive(struct ns_conn *c, unsigned gen, uint64_t spin_end, uint64_t deadline)
+static void drive(struct ns_conn *c, unsigned gen, uint64_t *spin_end, uint64_t deadline)
 {
 	struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->efd, .events = POLLIN}};
+	unsigned served = 0;
 
-	int r = ns_rx_progress(c);
+	int r = ns_rx_progress(c, &served);
+	if (served) /* the peer is busy with us: its next frame is near too */
+		*spin_end = now_ns() + NS_SPIN_NS;
 	if (r < 0 || atomic_load(&c->gen) != gen)
 		return;
 	if (r > 0) {
 		sched_yield(); /* the input is being served; its completion is near */
 		return;
 	}
-	if (now_ns() < spin_end) {
+	if (now_ns() < *spin_end) {
 		/* Spin before blocking: a wakeup costs ~100 us on small VMs.
 		 * The yield lets the peer run when CPUs are scarce. */
 		if (poll(p, 2, 0) == 0)
@@ -253,9 +256,10 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 			/* Like ibv_poll_cq: even a non-waiting poll makes progress,
 			 * serving the input that is ready if nobody else is. */
 			if (!progressed && !c->broken) {
+				unsigned served = 0;
 				progressed = true;
 				pthread_mutex_unlock(&c->mu);
-				ns_rx_progress(c);
+				ns_rx_progress(c, &served);
 				pthread_mutex_lock(&c->mu);
 				continue;
 			}
@@ -273,7 +277,7 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 				driving = true;
 				spin_end = now + NS_SPIN_NS;
 			}
-			drive(c, g, spin_end, deadline);
+			drive(c, g, &spin_end, deadline);
 			pthread_mutex_lock(&c->mu);
 			continue;
 		}

@@ -511,7 +511,7 @@ static int rx_frame(struct ns_reader *rd)
 
 /* Serve every frame that is already waiting.  rx_mu held.  0 when the
  * input ran dry, or the error that breaks the connection. */
-static int rx_serve(struct ns_conn *c)
+static int rx_serve(struct ns_conn *c, unsigned *served)
 {
 	int r;
 	/* Once broken (from any thread) the rest of the input is never
@@ -520,6 +520,7 @@ static int rx_serve(struct ns_conn *c)
 		r = rx_frame(&c->rd);
 		if (r)
 			return r;
+		(*served)++;
 	}
 	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -ECONNRESET : r;
 }
@@ -543,12 +544,12 @@ static int rx_park(struct ns_conn *c, uint64_t *last_check)
 	return 0;
 }
 
-int ns_rx_progress(struct ns_conn *c)
+int ns_rx_progress(struct ns_conn *c, unsigned *served)
 {
 	int err;
 	if (pthread_mutex_trylock(&c->rx_mu))
 		return 1; /* another thread is serving the input */
-	err = rx_serve(c);
+	err = rx_serve(c, served);
 	pthread_mutex_unlock(&c->rx_mu);
 	if (err)
 		ns_conn_break(c, err); /* the rx thread flushes once we leave */
@@ -579,8 +580,9 @@ void *ns_rx_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "net-rx");
 	while (!err) {
+		unsigned served = 0;
 		pthread_mutex_lock(&c->rx_mu);
-		err = rx_serve(c);
+		err = rx_serve(c, &served);
 		if (!err)
 			err = rx_park(c, &last_check);
 		pthread_mutex_unlock(&c->rx_mu);
