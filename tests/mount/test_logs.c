@@ -98,6 +98,9 @@ Test(logs, log_file_option_then_a_file_of_its_own_without_syslog)
 	cr_assert_eq(sh("%s/dkvfs -o data_dir=%s/data,memnode_size=256M,log_file=%s/my.log %s", B,
 			T, T, MNT), 0);
 	snprintf(want, sizeof(want), "this log: %s/my.log", T);
+	/* the daemon may write it just after mount returns (slow under a
+	 * sanitizer): wait up to 10 s for a first line */
+	sh("for i in $(seq 100); do [ -s %s/my.log ] && exit 0; sleep 0.1; done", T);
 	sh_out(line, sizeof(line), "head -1 %s/my.log", T);
 	cr_assert(strstr(line, want) && strstr(line, "notice:"), "first line of my.log: %s", line);
 	down();
@@ -117,7 +120,10 @@ Test(logs, log_file_option_then_a_file_of_its_own_without_syslog)
 	cr_assert_eq(sh("(%s/dkvfs -f -o data_dir=%s/data,memnode_size=256M %s 2>%s/fg.err &) ; "
 			"for i in $(seq 1 100); do mountpoint -q %s && break; sleep 0.1; done",
 			B, T, MNT, T, MNT), 0);
-	cr_assert_eq(sh("mountpoint -q %s && grep -q 'this log: stderr' %s/fg.err", MNT, T), 0);
+	cr_assert_eq(sh("mountpoint -q %s && for i in $(seq 100); do grep -q 'this log: stderr' "
+			"%s/fg.err && exit 0; sleep 0.1; done; exit 1",
+			MNT, T),
+		     0);
 	down();
 }
 
