@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/owned_file.h"
 #include "common/ratelimit.h"
 #include "memnode/mn_region.h"
 #include "memnode/mn_server.h"
@@ -69,6 +70,7 @@ struct mn_server {
 	size_t nvol_tokens;
 	char *local_dir;
 	char token_path[128];     /* generated token file, removed at destroy */
+	struct dkv_owned_file token_file; /* ... while token_path still names it */
 	uint64_t epoch;
 
 	struct net_domain *dom_net, *dom_local;

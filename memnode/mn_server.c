@@ -418,6 +418,8 @@ static int write_token_file(struct mn_server *s, const char *bound)
 		close(fd);
 	if (!rc && rename(tmp, s->token_path) < 0)
 		rc = -errno;
+	if (!rc)
+		dkv_owned_file_take(&s->token_file, s->token_path);
 	if (rc) {
 		unlink(tmp);
 		dkv_err("cannot write the admin token file %s: %s", s->token_path,
@@ -585,8 +587,8 @@ void mn_server_destroy(struct mn_server *s)
 	mn_compact_run_deferred(s, true);
 	mn_region_close(&s->rg);
 	pthread_mutex_destroy(&s->lock);
-	if (s->token_path[0])
-		unlink(s->token_path);
+	if (s->token_path[0]) /* unless a node started since has its own there */
+		dkv_owned_file_remove(&s->token_file, s->token_path);
 	free(s->listen);
 	dkv_ratelimit_release(&s->bad_peer_rl);
 	dkv_ratelimit_release(&s->comp_fail_rl);

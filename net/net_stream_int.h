@@ -70,6 +70,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "common/owned_file.h"
 #include "common/ratelimit.h"
 #include "net/net_stream.h"
 
@@ -271,6 +272,7 @@ struct ns_listener {
 	int fd;
 	char addr[128];
 	char unlink_path[128];
+	struct dkv_owned_file sock_file; /* at unlink_path, removed at close */
 	struct ns_pending *pend[NS_MAX_HANDSHAKES]; /* accepted, HELLO not in yet */
 	size_t npend, next_pend;
 	int epfd; /* net_listener_fd: the listener and every pending socket */

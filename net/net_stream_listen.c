@@ -76,6 +76,8 @@ int ns_listen(struct net_domain *dd, const char *addr, struct net_listener **out
 		l->unlink_path[0] = '\0';
 		goto out_close;
 	}
+	if (l->unlink_path[0])
+		dkv_owned_file_take(&l->sock_file, l->unlink_path);
 	len = sizeof(ss);
 	if (getsockname(l->fd, (struct sockaddr *)&ss, &len) < 0) {
 		err = -errno;
@@ -117,8 +119,10 @@ void ns_listener_close(struct net_listener *ll)
 		return;
 	close(l->fd);
 	close(l->epfd);
+	/* Only our own file: the path may name another listener's by now (its
+	 * directory deleted and made again, a node restarted over this one). */
 	if (l->unlink_path[0])
-		unlink(l->unlink_path);
+		dkv_owned_file_remove(&l->sock_file, l->unlink_path);
 	for (size_t i = 0; i < l->npend; i++) {
 		close(l->pend[i]->fd);
 		free(l->pend[i]);

@@ -267,6 +267,39 @@ Test(security, generated_token_is_private_and_required)
 	rmdir(dir);
 }
 
+/* A node that ends removes its token file only while the file is its own: a
+ * node started since at the same path (the directory deleted and made again)
+ * keeps its token. */
+Test(security, an_ending_node_leaves_a_newer_token_file_alone)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	char dir[64], tokpath[128], tok[MN_TOKEN_MAX + 1] = "";
+	size_t tl = 0;
+
+	snprintf(dir, sizeof(dir), "/tmp/dkvfs-test-tokdir-%d", (int)getpid());
+	mkdir(dir, 0700);
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.auto_token = true;
+	o.local_dir = dir;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	snprintf(tokpath, sizeof(tokpath), "%s/memnode-%s.token", dir,
+		 strrchr(mn_server_addr(s), ':') + 1);
+	cr_assert_eq(unlink(tokpath), 0);
+	FILE *f = fopen(tokpath, "w");
+	cr_assert(f);
+	fputs("token-of-a-newer-node-0123456789\n", f);
+	fclose(f);
+	mn_server_destroy(s);
+	cr_assert_eq(mn_token_file_read(tokpath, tok, &tl), 0, "the newer node's token file is gone");
+	cr_assert_str_eq(tok, "token-of-a-newer-node-0123456789");
+	unlink(tokpath);
+	rmdir(dir);
+}
+
 Test(security, same_host_client_finds_the_generated_token)
 {
 	struct mn_server_opts o;
