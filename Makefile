@@ -181,7 +181,7 @@ check-asan:
 	BUILD=$(SAN_OUT) scripts/run-tests.sh mount/test_overwrite
 
 # ThreadSanitizer build, then every test below the mount level and the
-# mount-level suites but two (~11 min; .ci/run runs it after check-asan).
+# mount-level suites but two (~9 min; .ci/run runs it after check-asan).
 # Any race report fails the run, the mounted daemons' and nodes' included
 # (scripts/run-tests.sh collects them).  Left out, in the open:
 # engine/test_cleaner (filling a 64 MiB node record by record outlasts its

@@ -10,14 +10,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static int look(const char *path, struct statx *sx)
 {
-	memset(sx, 0, sizeof(*sx));
-	if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_MTIME | STATX_BTIME, sx) < 0)
-		return -errno;
+	if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_MTIME | STATX_BTIME, sx) < 0) {
+		int err = -errno;
+		memset(sx, 0, sizeof(*sx)); /* stx_mask 0: nothing taken */
+		return err;
+	}
 	return 0;
 }
 
@@ -28,34 +29,18 @@ static bool same_time(const struct statx_timestamp *a, const struct statx_timest
 
 int dkv_owned_file_take(struct dkv_owned_file *f, const char *path)
 {
-	struct statx sx;
-	int rc = look(path, &sx);
-
-	f->set = false;
-	if (rc)
-		return rc;
-	f->dev_major = sx.stx_dev_major;
-	f->dev_minor = sx.stx_dev_minor;
-	f->ino = sx.stx_ino;
-	f->mtime_sec = sx.stx_mtime.tv_sec;
-	f->mtime_nsec = sx.stx_mtime.tv_nsec;
-	f->has_btime = sx.stx_mask & STATX_BTIME;
-	f->btime_sec = sx.stx_btime.tv_sec;
-	f->btime_nsec = sx.stx_btime.tv_nsec;
-	f->set = true;
-	return 0;
+	return look(path, &f->st);
 }
 
 void dkv_owned_file_remove(struct dkv_owned_file *f, const char *path)
 {
-	struct statx sx;
-	struct statx_timestamp m = {.tv_sec = f->mtime_sec, .tv_nsec = f->mtime_nsec};
-	struct statx_timestamp b = {.tv_sec = f->btime_sec, .tv_nsec = f->btime_nsec};
+	const struct statx *a = &f->st;
+	struct statx b;
 
-	if (f->set && look(path, &sx) == 0 && sx.stx_dev_major == f->dev_major &&
-	    sx.stx_dev_minor == f->dev_minor && sx.stx_ino == f->ino &&
-	    same_time(&sx.stx_mtime, &m) &&
-	    (!f->has_btime || !(sx.stx_mask & STATX_BTIME) || same_time(&sx.stx_btime, &b)))
+	if (a->stx_mask && look(path, &b) == 0 && b.stx_dev_major == a->stx_dev_major &&
+	    b.stx_dev_minor == a->stx_dev_minor && b.stx_ino == a->stx_ino &&
+	    same_time(&b.stx_mtime, &a->stx_mtime) &&
+	    (!(a->stx_mask & b.stx_mask & STATX_BTIME) || same_time(&b.stx_btime, &a->stx_btime)))
 		unlink(path);
-	f->set = false;
+	memset(&f->st, 0, sizeof(f->st));
 }

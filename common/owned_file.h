@@ -10,14 +10,10 @@
 #define DKV_OWNED_FILE_H
 
 #include <stdbool.h>
-#include <stdint.h>
+#include <sys/stat.h> /* struct statx (_GNU_SOURCE) */
 
 struct dkv_owned_file {
-	uint32_t dev_major, dev_minor;
-	uint64_t ino;
-	int64_t mtime_sec, btime_sec;
-	uint32_t mtime_nsec, btime_nsec;
-	bool has_btime, set;
+	struct statx st; /* as taken; st.stx_mask 0: nothing taken */
 };
 
 /* Note the file path names now as ours.  0, or -errno (nothing noted). */

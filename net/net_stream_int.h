@@ -360,7 +360,7 @@ void *ns_rx_main(void *arg);
 /* A poller's share of the rx thread's job: serve the input that is ready,
  * if no other thread is serving it.  Blocks only inside a partly arrived
  * frame (bounded by op_timeout).  0; 1 when another thread is serving it;
- * or the error that broke c. */
+ * or the error that broke c.  served (NULL ok) counts the frames served. */
 int ns_rx_progress(struct ns_conn *c, unsigned *served);
 /* Enter and leave the set of pollers driving c; leaving as the last one
  * hands the input back to the rx thread. */

@@ -256,10 +256,9 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 			/* Like ibv_poll_cq: even a non-waiting poll makes progress,
 			 * serving the input that is ready if nobody else is. */
 			if (!progressed && !c->broken) {
-				unsigned served = 0;
 				progressed = true;
 				pthread_mutex_unlock(&c->mu);
-				ns_rx_progress(c, &served);
+				ns_rx_progress(c, NULL);
 				pthread_mutex_lock(&c->mu);
 				continue;
 			}

@@ -520,7 +520,8 @@ static int rx_serve(struct ns_conn *c, unsigned *served)
 		r = rx_frame(&c->rd);
 		if (r)
 			return r;
-		(*served)++;
+		if (served)
+			(*served)++;
 	}
 	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -ECONNRESET : r;
 }
@@ -580,9 +581,8 @@ void *ns_rx_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "net-rx");
 	while (!err) {
-		unsigned served = 0;
 		pthread_mutex_lock(&c->rx_mu);
-		err = rx_serve(c, &served);
+		err = rx_serve(c, NULL);
 		if (!err)
 			err = rx_park(c, &last_check);
 		pthread_mutex_unlock(&c->rx_mu);

@@ -218,9 +218,25 @@ Test(security, volume_token_opens_that_volume_only)
 	mn_server_destroy(s);
 }
 
-Test(security, generated_token_is_private_and_required)
+/* A tcp node with a generated admin token whose local socket and token file
+ * live in dir. */
+static struct mn_server *start_token_node(const char *dir)
 {
 	struct mn_server_opts o;
+	struct mn_server *s;
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.auto_token = true;
+	o.local_dir = dir;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	return s;
+}
+
+Test(security, generated_token_is_private_and_required)
+{
 	struct mn_server *s;
 	struct mn_client *c;
 	char dir[64], tokpath[128], sock[128], tok[MN_TOKEN_MAX + 1] = "";
@@ -229,13 +245,7 @@ Test(security, generated_token_is_private_and_required)
 
 	snprintf(dir, sizeof(dir), "/tmp/dkvfs-test-secdir-%d", (int)getpid());
 	mkdir(dir, 0755); /* too open: the node must close it */
-	mn_server_opts_init(&o);
-	o.transport = NET_TCP;
-	o.size = 16 << 20;
-	o.auto_token = true;
-	o.local_dir = dir;
-	cr_assert_eq(mn_server_create(&o, &s), 0);
-	cr_assert_eq(mn_server_start(s), 0);
+	s = start_token_node(dir);
 	const char *addr = mn_server_addr(s);
 	const char *port = strrchr(addr, ':') + 1;
 
@@ -272,23 +282,17 @@ Test(security, generated_token_is_private_and_required)
  * keeps its token. */
 Test(security, an_ending_node_leaves_a_newer_token_file_alone)
 {
-	struct mn_server_opts o;
 	struct mn_server *s;
 	char dir[64], tokpath[128], tok[MN_TOKEN_MAX + 1] = "";
 	size_t tl = 0;
 
 	snprintf(dir, sizeof(dir), "/tmp/dkvfs-test-tokdir-%d", (int)getpid());
 	mkdir(dir, 0700);
-	mn_server_opts_init(&o);
-	o.transport = NET_TCP;
-	o.size = 16 << 20;
-	o.auto_token = true;
-	o.local_dir = dir;
-	cr_assert_eq(mn_server_create(&o, &s), 0);
-	cr_assert_eq(mn_server_start(s), 0);
+	s = start_token_node(dir);
 	snprintf(tokpath, sizeof(tokpath), "%s/memnode-%s.token", dir,
 		 strrchr(mn_server_addr(s), ':') + 1);
 	cr_assert_eq(unlink(tokpath), 0);
+	usleep(20000); /* a newer file: its times differ from the node's (coarse clock) */
 	FILE *f = fopen(tokpath, "w");
 	cr_assert(f);
 	fputs("token-of-a-newer-node-0123456789\n", f);
