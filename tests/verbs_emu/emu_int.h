@@ -193,6 +193,7 @@ void emu_qp_destroy(struct ibv_qp *pub); /* its link stopped first */
 struct emu_link *emu_link_create(int fd);
 void emu_link_start(struct emu_link *l, struct rdma_cm_id *id);
 void emu_link_send(struct emu_link *l, const struct emu_hdr *h, const void *data);
+void emu_link_kick(struct emu_link *l); /* a WR went into an idle send queue */
 void emu_link_stop(struct emu_link *l);
 int emu_link_fd(const struct emu_link *l);
 void emu_link_destroy(struct emu_link *l);

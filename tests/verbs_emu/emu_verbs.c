@@ -721,8 +721,10 @@ static int emu_post_one(struct emu_qp *qp, const struct ibv_send_wr *wr)
 		emu_cq_push((struct emu_cq *)qp->pub.send_cq, &wc);
 		return 0;
 	}
-	if (qp->sq_n == 0)
+	if (qp->sq_n == 0) {
 		qp->progress_ns = emu_now_ns();
+		emu_link_kick(qp->link);
+	}
 	qp->sq_n++;
 	if (wr->opcode == IBV_WR_BIND_MW) {
 		/* done here; a NOP the peer acknowledges keeps its completion

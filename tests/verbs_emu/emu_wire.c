@@ -23,6 +23,7 @@
 
 struct emu_link {
 	int fd, stopfd;
+	int kickfd; /* the rx thread's timers start: a WR was posted to an idle QP */
 	struct rdma_cm_id *id;
 	pthread_t rx, tx;
 	bool started;
@@ -87,7 +88,12 @@ struct emu_link *emu_link_create(int fd)
 		return NULL;
 	l->fd = fd;
 	l->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (l->stopfd < 0) {
+	l->kickfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->stopfd < 0 || l->kickfd < 0) {
+		if (l->stopfd >= 0)
+			close(l->stopfd);
+		if (l->kickfd >= 0)
+			close(l->kickfd);
 		free(l);
 		return NULL;
 	}
@@ -100,6 +106,17 @@ struct emu_link *emu_link_create(int fd)
 int emu_link_fd(const struct emu_link *l)
 {
 	return l->fd;
+}
+
+/* A send WR went into an empty queue: the rx thread, which sleeps without
+ * a timeout while nothing waits, must start its ACK timer now, or a peer
+ * that never answers would leave the WR outstanding for ever. */
+void emu_link_kick(struct emu_link *l)
+{
+	uint64_t one = 1;
+
+	if (l && write(l->kickfd, &one, sizeof(one)) != sizeof(one))
+		fprintf(stderr, "verbs-emu: waking the rx thread's timers failed\n");
 }
 
 /* Queue one message (data: emu_payload(h) bytes, copied). */
@@ -410,7 +427,9 @@ static bool emu_timers(struct emu_qp *qp)
 static void *emu_rx_main(void *arg)
 {
 	struct emu_link *l = arg;
-	struct pollfd p[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->stopfd, .events = POLLIN}};
+	struct pollfd p[3] = {{.fd = l->fd, .events = POLLIN},
+			      {.fd = l->stopfd, .events = POLLIN},
+			      {.fd = l->kickfd, .events = POLLIN}};
 	bool ticking = true;
 
 	pthread_setname_np(pthread_self(), "verbs-emu-rx");
@@ -418,12 +437,15 @@ static void *emu_rx_main(void *arg)
 		struct emu_qp *qp = (struct emu_qp *)l->id->qp;
 		struct emu_msg *m;
 		size_t n;
-		int rc = poll(p, 2, ticking ? EMU_TICK_MS : -1);
+		int rc = poll(p, 3, ticking ? EMU_TICK_MS : -1);
+		uint64_t kicks;
 
 		if (rc < 0 && errno != EINTR)
 			break;
 		if (p[1].revents)
 			return NULL; /* stopped: the owner tears down */
+		if (p[2].revents && read(l->kickfd, &kicks, sizeof(kicks)) < 0 && errno != EAGAIN)
+			break;
 		ticking = qp && emu_timers(qp);
 		if (rc <= 0 || !p[0].revents)
 			continue;
@@ -524,6 +546,7 @@ void emu_link_destroy(struct emu_link *l)
 	}
 	close(l->fd);
 	close(l->stopfd);
+	close(l->kickfd);
 	pthread_mutex_destroy(&l->lock);
 	pthread_cond_destroy(&l->cv);
 	free(l);
