@@ -180,6 +180,10 @@ Test(region, damaged_superblock_and_volume_record)
 	cr_assert_eq(mn_region_open(&r, NULL, MN_MAX_SIZE + (1 << 20)), -EINVAL);
 }
 
+/* Blocks a file system may add to a file's st_blocks for its own metadata
+ * (ext4's extent tree) when holes are punched: far below one 1 MiB page. */
+#define FS_METADATA_SLACK (64u << 10)
+
 static uint64_t file_blocks(void)
 {
 	struct stat st;
@@ -270,8 +274,13 @@ Test(region, a_free_returns_the_free_neighbour_a_folio_dirtied)
 			memset(r.base + off + i, 0xab, 64 << 10);
 		cr_assert_eq(mn_region_sync(&r, off, len), 0);
 		cr_assert_eq(mn_free(&r, v, MN_KIND_SLAB, off), 0);
-		cr_assert_leq(file_blocks(), before, "round %d: %llu bytes of free pages still in the file",
-			      round, (unsigned long long)(file_blocks() - before));
+		/* st_blocks also counts ext4's extent tree, which the holes
+		 * punched in round 0 may have grown by a block or two (seen
+		 * once in CI: 4096 bytes); the leak this catches is a whole
+		 * 1 MiB page */
+		cr_assert_leq(file_blocks(), before + FS_METADATA_SLACK,
+			      "round %d: %llu bytes of free pages still in the file", round,
+			      (unsigned long long)(file_blocks() - before));
 	}
 	mn_region_close(&r);
 }
