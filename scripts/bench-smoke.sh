@@ -27,6 +27,7 @@ expect() {
 }
 
 expect transport 24 "$here/bench-transport.sh" --duration=0.05 --sizes=64,4K --depths=1,4
+expect crc32c 5 "$BUILD/dkvfs-bench" --benchmarks=crc32c
 expect engine 14 "$here/bench-engine.sh" --num=3000 --threads=2 --stats_interval=0
 expect engine-compute 2 "$BUILD/dkvfs-bench" --engine=dkv --compaction=compute --num=3000 \
 	--benchmarks=fillrandom,readrandom --memtable_size=64K

@@ -7,6 +7,7 @@
  *                      started in-process on 127.0.0.1:0 so a run is one command
  *   bench_transport.c  --benchmarks=transport: mn_client READ/WRITE over tcp and local,
  *                      and the same pattern over a plain loopback socket as a baseline
+ *   bench_crc.c        --benchmarks=crc32c: the checksum's GB/s against memcpy
  *   bench_engine.c     fillseq, fillrandom, ... against the dkv engine or RocksDB
  *   bench_kv.c         the two engines behind one small function table
  *
@@ -103,6 +104,8 @@ const void *bench_node_token(const struct bench_node *n, size_t *len);
 /* ---- benchmarks ---- */
 /* Every transport case (backends x ops x sizes x depths), one RESULT each. */
 int bench_transport(const struct bench_opts *o, struct bench_node *node);
+/* crc32c GB/s at five buffer sizes against memcpy and one crc32 chain. */
+int bench_crc(const struct bench_opts *o);
 
 /* Engine benchmarks share one store across the list, as db_bench does
  * (fillrandom then readrandom reads what fillrandom wrote).  *node is the

@@ -3,7 +3,7 @@
  * db_bench conventions: every flag is --name=value (a boolean may be given
  * bare, --histogram, or as =0/=1); --benchmarks is a comma-separated list
  * run in order against one store, so "fillrandom,readrandom" reads what the
- * fill wrote.  "transport" may appear anywhere in the list.
+ * fill wrote.  "transport" and "crc32c" may appear anywhere in the list.
  *
  * Exit status: 0 when every benchmark ran, 1 when one failed (it printed a
  * one-line reason on stderr and no RESULT line), 2 on bad flags.
@@ -33,7 +33,7 @@ static const struct flag {
 } flags[] = {
 #define F(n, t, field, h) { n, t, offsetof(struct bench_opts, field), h }
 	F("benchmarks", F_STR, benchmarks,
-	  "comma-separated list: transport, fillseq, fillrandom, overwrite, readrandom, readseq,\n"
+	  "comma-separated list: transport, crc32c, fillseq, fillrandom, overwrite, readrandom, readseq,\n"
 	  "\t\treadrandomwriterandom, deleterandom, compact (default fillrandom,readrandom)"),
 	F("memnode", F_STR, memnode,
 	  "HOST:PORT of a memory node; absent: start one in-process on 127.0.0.1:0"),
@@ -259,14 +259,16 @@ int main(int argc, char **argv)
 		return 2;
 	snprintf(list, sizeof(list), "%s", o.benchmarks);
 	for (char *b = strtok_r(list, ",", &save); b; b = strtok_r(NULL, ",", &save))
-		if (strcmp(b, "transport") && !bench_engine_knows(b)) {
+		if (strcmp(b, "transport") && strcmp(b, "crc32c") && !bench_engine_knows(b)) {
 			fprintf(stderr, "dkvfs-bench: unknown benchmark '%s' (see --help)\n", b);
 			return 2;
 		}
 	snprintf(list, sizeof(list), "%s", o.benchmarks);
 	for (char *b = strtok_r(list, ",", &save); b; b = strtok_r(NULL, ",", &save)) {
 		int rc;
-		if (!strcmp(b, "transport")) {
+		if (!strcmp(b, "crc32c")) {
+			rc = bench_crc(&o);
+		} else if (!strcmp(b, "transport")) {
 			/* The plain baseline alone needs no memory node. */
 			bool need = strstr(o.backends, "tcp") || strstr(o.backends, "local");
 			rc = node || !need ? 0 : bench_node_start(&o, &node);
