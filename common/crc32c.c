@@ -10,7 +10,6 @@
 static uint32_t crc_table[8][256];
 static bool crc_hw;
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-static bool crc_ready; /* set, with release, once the tables are built */
 
 /* The hardware path runs three streams at once: the crc32 instruction
  * takes 3 cycles but a new one can start every cycle, so one chain of
@@ -91,7 +90,6 @@ static void crc_init(void)
 	__builtin_cpu_init();
 	crc_hw = __builtin_cpu_supports("sse4.2");
 #endif
-	__atomic_store_n(&crc_ready, true, __ATOMIC_RELEASE);
 }
 
 static uint32_t crc_sw(uint32_t c, const uint8_t *p, size_t n)
@@ -174,8 +172,7 @@ static uint32_t crc_hw_run(uint32_t c, const uint8_t *p, size_t n)
 
 uint32_t crc32c_extend(uint32_t crc, const void *p, size_t n)
 {
-	if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE))
-		pthread_once(&crc_once, crc_init); /* the first call: build the tables */
+	pthread_once(&crc_once, crc_init);
 	uint32_t c = ~crc;
 	c = crc_hw ? crc_hw_run(c, p, n) : crc_sw(c, p, n);
 	return ~c;
