@@ -75,14 +75,17 @@ struct out {
 struct outs {
 	struct out *o;
 	size_t n, cap;
+	uint64_t bytes; /* of every output so far */
 };
 
 static int outs_add(struct outs *os, const struct out *x)
 {
 	int r = eng_array_grow((void **)&os->o, &os->cap, os->n + 1, sizeof(*os->o));
 
-	if (!r)
+	if (!r) {
 		os->o[os->n++] = *x;
+		os->bytes += x->len;
+	}
 	return r;
 }
 
@@ -397,6 +400,7 @@ out:
 struct compute_ctx {
 	struct eng_db *db;
 	struct outs *os;
+	uint64_t in_bytes; /* of the whole pick */
 };
 
 static bool comp_cancelled(void *ctx)
@@ -415,8 +419,12 @@ static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const str
 	struct out x = { 0 };
 	int r;
 
+	/* Outputs exist beside their inputs until the install: they must
+	 * leave the node the room its flushes need (eng_space_keep), as the
+	 * node's own compaction does (memnode/mn_compact.c). */
 	pthread_mutex_lock(&db->man_mu);
-	r = eng_space_get(db, len, &x.off);
+	r = eng_space_get_keep(db, len, eng_space_keep(db, cc->in_bytes, cc->os->bytes + len),
+			       &x.off);
 	x.number = db->next_number++;
 	pthread_mutex_unlock(&db->man_mu);
 	if (r)
@@ -454,7 +462,7 @@ static int run_compute(struct eng_db *db, const struct pick *p, const struct chu
 	struct comp_src *ps = calloc(p->n ? p->n : 1, sizeof(*ps));
 	struct dkv_iter *mi = NULL;
 	struct dkv_merge_opts mo = { 0 };
-	struct compute_ctx cc = { db, os };
+	struct compute_ctx cc = { db, os, p->bytes };
 	size_t n = 0;
 	int r = 0;
 
@@ -583,6 +591,8 @@ static int run_pick(struct eng_db *db, const struct pick *p)
 	}
 	if (!r && atomic_load(&db->comp->cancel))
 		r = -ECANCELED;
+	if (r != -ECANCELED && eng_fault_hit(db, ENG_FAULT_COMPACTION_HOLD))
+		usleep(ENG_FAULT_HOLD_MS * 1000);
 	if (!r)
 		r = install(db, p, &os, &unsure);
 	for (size_t i = 0; i < os.n; i++)

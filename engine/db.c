@@ -208,7 +208,8 @@ static void stall_wait(struct eng_db *db, uint64_t *stall_start)
 
 /* Make room for need more bytes in db->mem: switch memtables, stall.  Called
  * by the leader only (so db->mem changes only here), without locks.
- * deletes: the group deletes something (it waits longer on a full node). */
+ * deletes: the group deletes something, or an explicit flush (it waits
+ * longer on a full node). */
 static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 {
 	uint64_t stall_start = 0, retry = 0;
@@ -690,8 +691,9 @@ uint64_t eng_oldest_snapshot(struct eng_db *db)
 
 /* Switch the memtable (it joins the immutables the flush thread writes
  * out), as the write leader: queue a writer entry that carries no batch so
- * no writer races the switch. */
-static int switch_mem(struct eng_db *db)
+ * no writer races the switch.  patient: on a full node, wait up to
+ * ENG_DELETE_STALL_US for room (make_room's deletes). */
+static int switch_mem(struct eng_db *db, bool patient)
 {
 	struct eng_writer me = { 0 }, *w;
 	int r;
@@ -707,7 +709,7 @@ static int switch_mem(struct eng_db *db)
 		pthread_cond_wait(&me.cv, &db->wq_mu);
 	pthread_mutex_unlock(&db->wq_mu);
 
-	r = make_room(db, 0, true, false);
+	r = make_room(db, 0, true, patient);
 
 	pthread_mutex_lock(&db->wq_mu);
 	db->wq_head = me.next;
@@ -737,20 +739,22 @@ void eng_flush_deletes(struct eng_db *db)
 	      (dels >= ENG_DEL_FLUSH_COUNT || eng_now_us() - first >= ENG_DEL_FLUSH_AGE_US ||
 	       atomic_load(&db->space_low));
 	pthread_mutex_unlock(&db->mu);
-	if (due && switch_mem(db) == 0)
+	if (due && switch_mem(db, false) == 0)
 		atomic_fetch_add(&db->st_del_flushes, 1);
 }
 
 int eng_flush(eng_db *db)
 {
-	uint64_t target, retry = 0;
+	uint64_t target, retry = 0, t0 = eng_now_us();
 	int r;
 
 	if (!db)
 		return -EINVAL;
 	if (db->read_only)
 		return 0;
-	r = switch_mem(db);
+	/* On a full node a flush waits for room as a delete does: what a
+	 * compaction holds for a moment comes back when it installs or fails. */
+	r = switch_mem(db, true);
 	if (r)
 		return r;
 	/* Wait until every memtable switched so far is in a table. */
@@ -759,7 +763,7 @@ int eng_flush(eng_db *db)
 	while (db->flushes_done < target && !db->stop) {
 		struct timespec ts;
 
-		r = flush_error(db, &retry, false, 0);
+		r = flush_error(db, &retry, true, t0);
 		if (r)
 			break;
 		eng_deadline_in(&ts, 100);

@@ -52,8 +52,11 @@ enum eng_fault {
 	ENG_FAULT_VERSION_APPLY, /* building the version an edit installs */
 	ENG_FAULT_KILL_INSTALL,  /* the process dies (_exit 77) as an edit is about to be logged */
 	ENG_FAULT_COMPACTION_ACK, /* a compaction's manifest record reaches the node, its ack is lost (-EIO) */
+	ENG_FAULT_COMPACTION_HOLD, /* a compaction holds its outputs ENG_FAULT_HOLD_MS before
+				    * installing or giving them back (a slow one) */
 	ENG_FAULT_N
 };
+#define ENG_FAULT_HOLD_MS 2000
 struct eng_db;
 void eng_fault_arm(struct eng_db *db, enum eng_fault p, long n);
 bool eng_fault_hit(struct eng_db *db, enum eng_fault p);
@@ -480,6 +483,8 @@ struct eng_piece_place {
 	uint64_t number;     /* 0: a new table number */
 	bool holes_only;     /* no new slab: only holes in the slabs we have ... */
 	uint64_t avoid_off;  /* ... outside the slab at this offset (UINT64_MAX: none) */
+	uint64_t in_bytes, out_bytes; /* a new slab: the rewrite's table and estimate
+				       * (eng_space_keep: what it leaves free) */
 };
 int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
 		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
@@ -491,6 +496,16 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
 /* Allocate len bytes of slab space, growing slabs as needed (new slabs are
  * logged with the next manifest record).  Caller holds man_mu. */
 int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off);
+/* The same for background work (compaction outputs, cleaner rewrites): a
+ * new slab is taken only if the node keeps at least `keep` bytes free after
+ * it, else -ENOSPC.  Holes in our slabs are used as by eng_space_get. */
+int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t *off);
+/* The node room background work leaves free: the whole reserve, or (a
+ * merge or rewrite whose output is at most an eighth of its input: deletes
+ * meeting their data) its upper half.  The lower half is for flushes and
+ * WAL segments only, so a full node can always take the deletes that would
+ * free it.  in/out: input bytes, output bytes so far including this one. */
+uint64_t eng_space_keep(const struct eng_db *db, uint64_t in, uint64_t out);
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);
 /* Return pending table extents (slab ones to the allocator, node ones to the
  * node).  Caller holds man_mu. */

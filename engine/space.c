@@ -159,10 +159,16 @@ void eng_space_full(struct eng_db *db, uint64_t free_bytes)
 	set_space_low(db, true, free_bytes);
 }
 
-int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
+uint64_t eng_space_keep(const struct eng_db *db, uint64_t in, uint64_t out)
+{
+	return out * 8 <= in ? db->reserve / 2 : db->reserve;
+}
+
+int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t *off)
 {
 	struct mn_extent slab;
-	uint64_t want;
+	struct mn_node_stats st;
+	uint64_t want, fr;
 	int r;
 
 	eng_space_drain(db);
@@ -170,6 +176,17 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 	if (r != -ENOSPC)
 		return r;
 	want = db->o.slab_size > len ? db->o.slab_size : len;
+	if (keep) {
+		/* Look now: the cached free space may predate a flush's slab. */
+		r = mn_stats(db->mc, &st);
+		if (r)
+			return r;
+		fr = st.capacity > st.used ? st.capacity - st.used : 0;
+		if (fr < keep + eng_node_extent_len(len))
+			return -ENOSPC; /* not set_space_low: others may still fit */
+		if (fr < keep + eng_node_extent_len(want))
+			want = len;
+	}
 	r = mn_alloc_slab(db->mc, want, &slab);
 	if (r == -ENOSPC && want > len)
 		r = mn_alloc_slab(db->mc, len, &slab); /* a smaller slab may still fit */
@@ -192,6 +209,11 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
 	 * the deletes that would free it). */
 	eng_space_check(db);
 	return eng_alloc_get(db->alloc, len, off);
+}
+
+int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off)
+{
+	return eng_space_get_keep(db, len, 0, off);
 }
 
 static void slab_list_remove(struct eng_db *db, uint64_t off)

@@ -160,7 +160,7 @@ static int part_table_done(void *ctx, const uint8_t *p, size_t len, const struct
 	struct part *pt = ctx;
 	struct job *j = pt->j;
 	struct mn_server *s = j->s;
-	uint64_t off = 0, alen = 0;
+	uint64_t off = 0, alen = 0, keep;
 	int r;
 
 	(void)idx;
@@ -168,11 +168,12 @@ static int part_table_done(void *ctx, const uint8_t *p, size_t len, const struct
 	/* Outputs exist beside their inputs until the client installs them:
 	 * they must not take the room the client keeps to flush memtables, or
 	 * a full node could never flush the deletes that would free it.  A
-	 * merge whose output shrinks (deletes meeting their data) still fits. */
-	if (j->keep_free &&
-	    (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE < j->keep_free + len &&
-	    (j->out_bytes + len) * 8 > j->in_bytes)
-		r = -ENOSPC; /* only a merge that shrinks 8x may use the reserve */
+	 * merge whose output shrinks 8x (deletes meeting their data) may use
+	 * the upper half of that room, never the lower half (the client's
+	 * eng_space_keep follows the same rule for its own outputs). */
+	keep = (j->out_bytes + len) * 8 <= j->in_bytes ? j->keep_free / 2 : j->keep_free;
+	if (keep && (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE < keep + len)
+		r = -ENOSPC;
 	else
 		r = mn_alloc(&s->rg, j->vol, MN_KIND_NODE, len, &off, &alen);
 	if (!r)

@@ -433,9 +433,11 @@ struct cin {
 	uint64_t off, len, data_len;
 };
 
-/* Send MN_OP_COMPACT; returns the status and fills rep. */
-static int do_compact(struct mn_client *c, const struct cin *in, int n, const uint64_t *snaps,
-		      int nsnaps, bool bottom, uint64_t target, uint8_t *rep, size_t *rl)
+/* Send MN_OP_COMPACT asking the node to leave keep_free bytes free (0: no
+ * reserve); returns the status and fills rep. */
+static int do_compact_keep(struct mn_client *c, const struct cin *in, int n, const uint64_t *snaps,
+			   int nsnaps, bool bottom, uint64_t target, uint64_t keep_free,
+			   uint8_t *rep, size_t *rl)
 {
 	uint8_t req[MN_COMPACT_REQ] = { 0 };
 	size_t alen = (size_t)n * MN_COMPACT_IN_WIRE + (size_t)nsnaps * 8;
@@ -447,6 +449,7 @@ static int do_compact(struct mn_client *c, const struct cin *in, int n, const ui
 	put_u32(req + 4, (uint32_t)n);
 	put_u32(req + 8, (uint32_t)nsnaps);
 	put_u64(req + 16, target);
+	put_u64(req + 40, keep_free);
 	for (int i = 0; i < n; i++, q += MN_COMPACT_IN_WIRE) {
 		put_u64(q, in[i].off);
 		put_u64(q + 8, in[i].len);
@@ -459,6 +462,12 @@ static int do_compact(struct mn_client *c, const struct cin *in, int n, const ui
 	return r;
 }
 
+static int do_compact(struct mn_client *c, const struct cin *in, int n, const uint64_t *snaps,
+		      int nsnaps, bool bottom, uint64_t target, uint8_t *rep, size_t *rl)
+{
+	return do_compact_keep(c, in, n, snaps, nsnaps, bottom, target, 0, rep, rl);
+}
+
 static uint64_t node_used(struct mn_client *c)
 {
 	struct mn_node_stats st;
@@ -467,12 +476,28 @@ static uint64_t node_used(struct mn_client *c)
 	return st.used_node;
 }
 
-/* Two overlapping tables in one slab; returns the inputs. */
-static void put_inputs(struct nodefix *f, int nrec, size_t vlen, struct cin *in, struct buf *img)
+/* The two table images into one slab; returns them as inputs. */
+static void store_inputs(struct nodefix *f, const struct buf *img, struct cin *in)
 {
 	struct mn_extent slab;
 	uint64_t pos;
 
+	cr_assert_eq(mn_alloc_slab(f->c, img[0].len + img[1].len + 4096, &slab), 0);
+	pos = slab.off;
+	for (int t = 0; t < 2; t++) {
+		struct sst_index *idx;
+
+		cr_assert_eq(mn_write(f->c, pos, img[t].p, img[t].len), 0);
+		cr_assert_eq(sst_index_parse(img[t].p, img[t].len, img[t].len, &idx), 0);
+		in[t] = (struct cin){ pos, img[t].len, sst_index_meta(idx)->data_len };
+		sst_index_destroy(idx);
+		pos += img[t].len;
+	}
+}
+
+/* Two overlapping tables in one slab; returns the inputs. */
+static void put_inputs(struct nodefix *f, int nrec, size_t vlen, struct cin *in, struct buf *img)
+{
 	for (int t = 0; t < 2; t++) {
 		struct rec *r = calloc((size_t)nrec, sizeof(*r));
 
@@ -487,17 +512,7 @@ static void put_inputs(struct nodefix *f, int nrec, size_t vlen, struct cin *in,
 		build(r, (size_t)nrec, &img[t]);
 		free(r);
 	}
-	cr_assert_eq(mn_alloc_slab(f->c, img[0].len + img[1].len + 4096, &slab), 0);
-	pos = slab.off;
-	for (int t = 0; t < 2; t++) {
-		struct sst_index *idx;
-
-		cr_assert_eq(mn_write(f->c, pos, img[t].p, img[t].len), 0);
-		cr_assert_eq(sst_index_parse(img[t].p, img[t].len, img[t].len, &idx), 0);
-		in[t] = (struct cin){ pos, img[t].len, sst_index_meta(idx)->data_len };
-		sst_index_destroy(idx);
-		pos += img[t].len;
-	}
+	store_inputs(f, img, in);
 }
 
 /* Read the outputs named in rep back from the node. */
@@ -825,4 +840,102 @@ Test(node, jobs_beyond_the_pool_wait_their_turn, .timeout = 60)
 	cr_assert(stats_has(f.c, "compaction_jobs: 0\ncompaction_jobs_running: 0\n"));
 	mn_client_close(g.c);
 	nf_close(&f);
+}
+
+/* Free pages of the region (the engine's view of room). */
+static uint64_t node_free(struct mn_client *c)
+{
+	struct mn_node_stats st;
+
+	cr_assert_eq(mn_stats(c, &st), 0);
+	return st.capacity > st.used ? st.capacity - st.used : 0;
+}
+
+/* One table of n values (40 bytes) and one of later tombstones for all but
+ * the last `keep` of them: a bottommost merge of the two shrinks far more
+ * than 8x.  In one slab; returns the inputs. */
+static void put_shrinking_inputs(struct nodefix *f, int n, int keep, struct cin *in)
+{
+	struct buf img[2] = { 0 };
+
+	for (int t = 0; t < 2; t++) {
+		int m = t ? n - keep : n;
+		struct rec *r = calloc((size_t)m, sizeof(*r));
+
+		for (int i = 0; i < m; i++) {
+			r[i].kl = (size_t)snprintf(r[i].key, sizeof(r[i].key), "k%07d", i);
+			r[i].seq = (uint64_t)(t * n + i + 1);
+			r[i].type = t ? IKEY_DELETION : IKEY_VALUE;
+			r[i].vl = t ? 0 : sizeof(r[i].val);
+			memset(r[i].val, 'a' + (i % 26), r[i].vl);
+		}
+		build(r, (size_t)m, &img[t]);
+		free(r);
+	}
+	store_inputs(f, img, in);
+	free(img[0].p);
+	free(img[1].p);
+}
+
+/* Fill the region with 1 MiB slabs, then free `pages` of them again. */
+static void leave_free(struct nodefix *f, unsigned pages)
+{
+	static struct mn_extent sl[256];
+	unsigned n = 0;
+	int r;
+
+	while (n < 256 && (r = mn_alloc_slab(f->c, MN_PAGE_SIZE, &sl[n])) == 0)
+		n++;
+	cr_assert_eq(r, -ENOSPC);
+	cr_assert_geq(n, pages);
+	for (unsigned i = 0; i < pages; i++)
+		cr_assert_eq(mn_free_slab(f->c, sl[i].off), 0);
+	cr_assert_eq(node_free(f->c), (uint64_t)pages * MN_PAGE_SIZE);
+}
+
+/* keep_free is the room the engine keeps for flushing memtables.  A merge
+ * that shrinks 8x (deletes meeting their data) may use its upper half,
+ * never the lower half: with keep_free 4 MiB and 2 MiB free the node
+ * refuses its output (and frees what it made), with 3 MiB free it runs.
+ * A merge that does not shrink gets none of it: refused at 4 MiB free, runs
+ * at 5.  (The lower half was taken by shrinking merges before; a flush of
+ * deletes on a full node then found no room.) */
+Test(node, merges_leave_the_lower_half_of_keep_free, .timeout = 60)
+{
+	struct nodefix f;
+	struct cin in[2];
+	struct buf img[2] = { 0 };
+	uint8_t *rep = malloc(RPC_REPLY_MAX);
+	size_t rl = 0;
+	uint64_t keep = 4u * MN_PAGE_SIZE;
+	int r;
+
+	for (unsigned pages = 2; pages <= 3; pages++) {
+		nf_open(&f, 32u << 20);
+		put_shrinking_inputs(&f, 30000, 100, in);
+		cr_assert_gt(in[0].len + in[1].len, 8u * 4096, "inputs too small to shrink 8x");
+		leave_free(&f, pages);
+		r = do_compact_keep(f.c, in, 2, NULL, 0, true, 1u << 20, keep, rep, &rl);
+		if (pages == 2) {
+			cr_assert_eq(r, -ENOSPC, "a shrinking merge took the lower half: %d", r);
+			cr_assert_eq(node_used(f.c), 0, "the refused job left outputs");
+		} else {
+			cr_assert_eq(r, 0, "a shrinking merge beside 3 MiB free: %d", r);
+			cr_assert_eq(get_u32(rep), 1);
+		}
+		nf_close(&f);
+	}
+	for (unsigned pages = 4; pages <= 5; pages++) {
+		nf_open(&f, 32u << 20);
+		put_inputs(&f, 1000, 30, in, img);
+		leave_free(&f, pages);
+		r = do_compact_keep(f.c, in, 2, NULL, 0, true, 1u << 20, keep, rep, &rl);
+		cr_assert_eq(r, pages == 4 ? -ENOSPC : 0, "a plain merge beside %u MiB free: %d",
+			     pages, r);
+		free(img[0].p);
+		free(img[1].p);
+		memset(img, 0, sizeof(img));
+		nf_close(&f);
+	}
+	free(rep);
 }
