@@ -483,8 +483,6 @@ struct eng_piece_place {
 	uint64_t number;     /* 0: a new table number */
 	bool holes_only;     /* no new slab: only holes in the slabs we have ... */
 	uint64_t avoid_off;  /* ... outside the slab at this offset (UINT64_MAX: none) */
-	uint64_t in_bytes, out_bytes; /* a new slab: the rewrite's table and estimate
-				       * (eng_space_keep: what it leaves free) */
 };
 int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
 		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
@@ -500,9 +498,9 @@ int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off);
  * new slab is taken only if the node keeps at least `keep` bytes free after
  * it, else -ENOSPC.  Holes in our slabs are used as by eng_space_get. */
 int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t *off);
-/* The node room background work leaves free: the whole reserve, or (a
- * merge or rewrite whose output is at most an eighth of its input: deletes
- * meeting their data) its upper half.  The lower half is for flushes and
+/* The node room a compaction's outputs leave free: the whole reserve, or
+ * (a merge whose output is at most an eighth of its input: deletes meeting
+ * their data) its lower half.  The lower half is for flushes and
  * WAL segments only, so a full node can always take the deletes that would
  * free it.  in/out: input bytes, output bytes so far including this one. */
 uint64_t eng_space_keep(const struct eng_db *db, uint64_t in, uint64_t out);

@@ -254,8 +254,7 @@ static int rewrite(struct eng_gc *gc, const struct eng_version *v, int level, si
 {
 	struct eng_db *db = gc->db;
 	struct eng_table *t = v->files[level][index];
-	struct eng_piece_place pl = { level == 0 ? t->number : 0, avoid != UINT64_MAX, avoid,
-				      t->len, est };
+	struct eng_piece_place pl = { level == 0 ? t->number : 0, avoid != UINT64_MAX, avoid };
 	struct eng_piece pc[GC_MAX_PIECES];
 	struct eng_table *added[GC_MAX_PIECES];
 	struct eng_edit e = { 0 };
