@@ -494,14 +494,13 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
 /* Allocate len bytes of slab space, growing slabs as needed (new slabs are
  * logged with the next manifest record).  Caller holds man_mu. */
 int eng_space_get(struct eng_db *db, uint64_t len, uint64_t *off);
-/* The same for background work (compaction outputs, cleaner rewrites): a
- * new slab is taken only if the node keeps at least `keep` bytes free after
- * it, else -ENOSPC.  Holes in our slabs are used as by eng_space_get. */
+/* The same for compaction outputs: a new slab is taken only if the node
+ * keeps at least `keep` bytes free after it, else -ENOSPC.  Holes in our slabs are used as by eng_space_get. */
 int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t *off);
 /* The node room a compaction's outputs leave free: the whole reserve, or
  * (a merge whose output is at most an eighth of its input: deletes meeting
- * their data) its lower half.  The lower half is for flushes and
- * WAL segments only, so a full node can always take the deletes that would
+ * their data) its lower half.  The lower half is for flushes, WAL segments
+ * and the cleaner, so a full node can always take the deletes that would
  * free it.  in/out: input bytes, output bytes so far including this one. */
 uint64_t eng_space_keep(const struct eng_db *db, uint64_t in, uint64_t out);
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);

@@ -122,6 +122,13 @@ void eng_space_release_deferred(struct eng_db *db)
 	db->space_checked_us = 0;
 }
 
+/* Only the node's free space counts: free bytes inside our slabs are
+ * scattered between live tables and cannot hold a flushed memtable. */
+static uint64_t node_free(const struct mn_node_stats *st)
+{
+	return st->capacity > st->used ? st->capacity - st->used : 0;
+}
+
 /* The volume's "full" state, logged once per change (one line each way). */
 static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
 {
@@ -146,9 +153,7 @@ void eng_space_check(struct eng_db *db)
 
 	if (db->read_only || mn_stats(db->mc, &st))
 		return;
-	/* Only the node's free space counts: free bytes inside our slabs are
-	 * scattered between live tables and cannot hold a flushed memtable. */
-	free_bytes = st.capacity > st.used ? st.capacity - st.used : 0;
+	free_bytes = node_free(&st);
 	/* one node page above the reserve: the smallest blob slab (engine/blob.c
 	 * refuses file data below it), so "full" and ENOSPC agree */
 	set_space_low(db, free_bytes < db->reserve + (1u << 20), free_bytes);
@@ -181,7 +186,7 @@ int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t 
 		r = mn_stats(db->mc, &st);
 		if (r)
 			return r;
-		fr = st.capacity > st.used ? st.capacity - st.used : 0;
+		fr = node_free(&st);
 		if (fr < keep + eng_node_extent_len(len))
 			return -ENOSPC; /* not set_space_low: others may still fit */
 		if (fr < keep + eng_node_extent_len(want))
