@@ -264,6 +264,16 @@ Test(enospc, killed_ingest_on_full_node_heals, .timeout = 120)
  * delete).  Every delete works and the survivors stay intact.  (That the
  * node then also heals by itself is not promised yet: docs/engine.md, known
  * limits.)  Both compaction modes. */
+/* A 32 MiB node of 1 MiB memtables (the most it allows) and slabs. */
+static void small_opts(struct tnode *node, struct eng_options *o, enum eng_compaction_mode mode)
+{
+	cr_assert_eq(tnode_start(node, 32u << 20, NULL, NULL), 0);
+	topts(o, node);
+	o->memtable_size = 1u << 20;
+	o->slab_size = 1u << 20;
+	o->compaction = mode;
+}
+
 /* Open a 32 MiB node of 1 MiB memtables and slabs and fill it with small
  * values (puts under the large-put limit, like small files) until -ENOSPC;
  * *n is how many were written. */
@@ -273,11 +283,7 @@ static void fill_small(struct tnode *node, enum eng_compaction_mode mode, uint64
 	struct eng_options o;
 	int r = 0;
 
-	cr_assert_eq(tnode_start(node, 32u << 20, NULL, NULL), 0);
-	topts(&o, node);
-	o.memtable_size = 1u << 20;
-	o.slab_size = 1u << 20;
-	o.compaction = mode;
+	small_opts(node, &o, mode);
 	o.target_table_bytes = table_bytes;
 	cr_assert_eq(eng_open(&o, dbp), 0);
 	for (*n = 0; *n < MAXK; (*n)++) {
@@ -397,6 +403,48 @@ Test(enospc, a_held_compaction_leaves_flushes_room_compute, .timeout = 120)
 	tnode_stop(&node);
 }
 
+/* Another volume ("filler") takes every page the node has left; its client
+ * is *c and its slabs slabs[0..*ns). */
+#define FILL_MAX 64
+static void filler_fill(struct tnode *node, struct mn_client **c, struct mn_extent *slabs,
+			unsigned *ns)
+{
+	struct mn_client_opts co = { 0 };
+	int r;
+
+	co.addr = node->addr;
+	co.volume = "filler";
+	co.writer = true;
+	co.create = true;
+	co.op_timeout_ms = 3000 * test_time_scale();
+	cr_assert_eq(mn_client_open(&co, c), 0);
+	*ns = 0;
+	while (*ns < FILL_MAX && (r = mn_alloc_slab(*c, 1u << 20, &slabs[*ns])) == 0)
+		(*ns)++;
+	cr_assert_eq(r, -ENOSPC);
+	cr_assert_geq(*ns, 6, "the filler got only %u pages", *ns);
+}
+
+/* A 32 MiB node of 1 MiB memtables and slabs, no compaction. */
+static void open_small(struct tnode *node, struct eng_options *o, eng_db **db)
+{
+	small_opts(node, o, ENG_COMPACTION_OFF);
+	cr_assert_eq(eng_open(o, db), 0);
+}
+
+/* Keys [from, to), the value of key i tagged tags[i] = i + 3. */
+static void put_range(eng_db *db, uint32_t *tags, unsigned from, unsigned to)
+{
+	for (unsigned i = from; i < to; i++) {
+		char k[32], v[1200];
+
+		tags[i] = i + 3;
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+				     tval(v, sizeof(v), tags[i], 1000)),
+			     0);
+	}
+}
+
 /* A memtable a little over one node page (1 MiB of records plus its index)
  * must flush into free node pages that are not next to each other, as two
  * tables: the flush halves its request down to the 1 MiB minimum itself.
@@ -410,38 +458,16 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
 	struct tnode node;
 	struct eng_options o;
 	struct eng_stats st;
-	struct mn_client_opts co = { 0 };
 	struct mn_client *c;
-	static struct mn_extent slabs[64];
+	static struct mn_extent slabs[FILL_MAX];
 	static uint32_t tags[NFIT];
-	unsigned ns = 0;
+	unsigned ns;
 	eng_db *db;
 	int r;
 
-	cr_assert_eq(tnode_start(&node, 32u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 1u << 20; /* the most a 32 MiB node allows */
-	o.slab_size = 1u << 20;
-	o.compaction = ENG_COMPACTION_OFF;
-	cr_assert_eq(eng_open(&o, &db), 0);
-	for (unsigned i = 0; i < NFIT; i++) {
-		char k[32], v[1200];
-
-		tags[i] = i + 3;
-		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
-				     tval(v, sizeof(v), tags[i], 1000)),
-			     0);
-	}
-	co.addr = node.addr;
-	co.volume = "filler";
-	co.writer = true;
-	co.create = true;
-	co.op_timeout_ms = 3000 * test_time_scale();
-	cr_assert_eq(mn_client_open(&co, &c), 0);
-	while (ns < 64 && (r = mn_alloc_slab(c, 1u << 20, &slabs[ns])) == 0)
-		ns++;
-	cr_assert_eq(r, -ENOSPC);
-	cr_assert_geq(ns, 6, "the filler got only %u pages", ns);
+	open_small(&node, &o, &db);
+	put_range(db, tags, 0, NFIT);
+	filler_fill(&node, &c, slabs, &ns);
 	for (unsigned i = ns - 5; i < ns; i += 2)
 		cr_assert_eq(mn_free_slab(c, slabs[i].off), 0);
 	r = eng_flush(db);
@@ -449,6 +475,177 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_geq(st.tables, 2, "%llu tables", (unsigned long long)st.tables);
 	check_all(db, tags, NFIT);
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(c);
+	tnode_stop(&node);
+}
+
+/* A memtable smaller than a node page asks for its own size, so a hole in
+ * the volume's slabs that holds it will do when the node has no page left.
+ * (It asked a whole 1 MiB, which no hole in a 1 MiB slab holds, and failed
+ * for as long as the node stayed full.)  The first flush leaves most of a
+ * slab free behind a small table; the second, of 200 records, must fit. */
+Test(enospc, a_small_flush_fits_a_hole_in_a_slab, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct mn_client *c;
+	static struct mn_extent slabs[FILL_MAX];
+	static uint32_t tags[300];
+	unsigned ns;
+	eng_db *db;
+	int r;
+
+	open_small(&node, &o, &db);
+	put_range(db, tags, 0, 100);
+	cr_assert_eq(eng_flush(db), 0);
+	put_range(db, tags, 100, 300);
+	filler_fill(&node, &c, slabs, &ns);
+	r = eng_flush(db);
+	cr_assert_eq(r, 0, "flush of 200 records on a full node with holes in its slabs: %s",
+		     dkv_strerror(r));
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tables, 2, "%llu tables", (unsigned long long)st.tables);
+	check_all(db, tags, 300);
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(c);
+	tnode_stop(&node);
+}
+
+struct late_free {
+	struct mn_client *c;
+	const struct mn_extent *slabs;
+	unsigned from, to;
+};
+
+static void *free_late(void *arg)
+{
+	struct late_free *lf = arg;
+
+	usleep(1000 * 1000);
+	for (unsigned i = lf->from; i < lf->to; i++)
+		if (mn_free_slab(lf->c, lf->slabs[i].off))
+			return (void *)1;
+	return NULL;
+}
+
+/* eng_flush on a full node waits out a passing shortage as a delete does
+ * (ENG_DELETE_STALL_US, 3 s): room that comes back 1 s later is used.  (It
+ * gave up after two attempts of the flush thread, about 200 ms.)  The
+ * memtable is larger than any hole in the slabs, so it needs the pages
+ * another volume gives back after 1 s.  prefree: pages given back at once,
+ * before the flush (one holds the new WAL segment, not the table). */
+static void flush_waits(unsigned prefree)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct mn_client *c;
+	static struct mn_extent slabs[FILL_MAX];
+	static uint32_t tags[NFIT];
+	struct late_free lf;
+	pthread_t th;
+	void *res;
+	uint64_t t0, us;
+	unsigned ns;
+	eng_db *db;
+	int r;
+
+	open_small(&node, &o, &db);
+	put_range(db, tags, 0, NFIT);
+	filler_fill(&node, &c, slabs, &ns);
+	for (unsigned i = 0; i < prefree; i++)
+		cr_assert_eq(mn_free_slab(c, slabs[--ns].off), 0);
+	lf = (struct late_free){ c, slabs, ns - 4, ns };
+	cr_assert_eq(pthread_create(&th, NULL, free_late, &lf), 0);
+	t0 = eng_now_us();
+	r = eng_flush(db);
+	us = eng_now_us() - t0;
+	cr_assert_eq(pthread_join(th, &res), 0);
+	cr_assert_null(res, "the filler could not free its pages");
+	cr_assert_eq(r, 0, "flush with room back after 1 s: %s (after %llu ms)", dkv_strerror(r),
+		     (unsigned long long)us / 1000);
+	cr_assert_geq(us, 900000, "the flush did not wait for the room (%llu ms): the test is void",
+		      (unsigned long long)us / 1000);
+	check_all(db, tags, NFIT);
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(c);
+	tnode_stop(&node);
+}
+
+/* The new WAL segment waits (make_room, patient). */
+Test(enospc, a_flush_waits_for_room_that_comes_back, .timeout = 60)
+{
+	flush_waits(0);
+}
+
+/* The new WAL segment fits in a page given back at once; the table waits
+ * (eng_flush's own wait for the flush thread). */
+Test(enospc, a_flush_waits_for_room_that_comes_back_table, .timeout = 60)
+{
+	flush_waits(1);
+}
+
+/* A compute-mode compaction's outputs never take the lower half of the
+ * reserve (eng_space_keep): flushes and WAL segments need it while the
+ * outputs exist beside their inputs.  Six overlapping level-0 tables (6 MiB)
+ * are merged with 1 MiB more than the reserve free on the node; while the
+ * compaction holds what it wrote (ENG_FAULT_COMPACTION_HOLD, 2 s) the node
+ * must still have half the reserve free.  (With no limit the outputs took
+ * the node's last page.) */
+#define NOVL 6
+#define NPER 900
+Test(enospc, compute_outputs_leave_half_the_reserve, .timeout = 90)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct mn_client *c;
+	struct mn_node_stats st;
+	static struct mn_extent slabs[FILL_MAX];
+	static uint32_t tags[NOVL * NPER];
+	uint64_t end, fr;
+	unsigned ns;
+	pthread_t th;
+	void *res;
+	eng_db *db;
+	int r;
+
+	small_opts(&node, &o, ENG_COMPACTION_COMPUTE);
+	o.l0_compaction_trigger = NOVL + 2; /* only the one asked for */
+	o.target_table_bytes = 512u << 10;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned j = 0; j < NOVL; j++) {
+		for (unsigned i = 0; i < NPER; i++) {
+			unsigned x = i * NOVL + j;
+			char k[32], v[1200];
+
+			tags[x] = x + 3;
+			cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), x), v,
+					     tval(v, sizeof(v), tags[x], 1000)),
+				     0);
+		}
+		cr_assert_eq(eng_flush(db), 0);
+	}
+	filler_fill(&node, &c, slabs, &ns);
+	for (unsigned i = 0; i < (unsigned)(db->reserve >> 20) + 1; i++)
+		cr_assert_eq(mn_free_slab(c, slabs[--ns].off), 0);
+	eng_fault_arm(db, ENG_FAULT_COMPACTION_HOLD, 1);
+	cr_assert_eq(pthread_create(&th, NULL, compact_all_thread, db), 0);
+	end = eng_now_us() + 60000000ull * (uint64_t)test_time_scale();
+	while (atomic_load(&db->faults[ENG_FAULT_COMPACTION_HOLD]) && eng_now_us() < end)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&db->faults[ENG_FAULT_COMPACTION_HOLD]), 0,
+		     "no compaction ran within 60 s");
+	cr_assert_eq(mn_stats(c, &st), 0);
+	fr = st.capacity > st.used ? st.capacity - st.used : 0;
+	cr_assert_eq(pthread_join(th, &res), 0);
+	r = (int)(intptr_t)res;
+	cr_assert(r == 0 || r == -ENOSPC, "compact_all: %s", dkv_strerror(r));
+	cr_assert_geq(fr, db->reserve / 2,
+		      "a held compaction left %llu KiB of the node free, under half the %llu KiB "
+		      "reserve",
+		      (unsigned long long)fr >> 10, (unsigned long long)db->reserve >> 10);
+	check_all(db, tags, NOVL * NPER);
 	cr_assert_eq(eng_close(db), 0);
 	mn_client_close(c);
 	tnode_stop(&node);
