@@ -410,7 +410,8 @@ static bool comp_cancelled(void *ctx)
 	return atomic_load(&cc->db->comp->cancel);
 }
 
-/* Write one finished table into slab space and adopt its index. */
+/* Write one finished table (sealed, or into slab space) and adopt its
+ * index. */
 static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const struct sst_meta *meta,
 			      struct sst_index **idx)
 {
@@ -419,36 +420,63 @@ static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const str
 	struct out x = { 0 };
 	int r;
 
-	/* Outputs exist beside their inputs until the install: they must
-	 * leave the node the room its flushes need (eng_space_keep), as the
-	 * node's own compaction does (memnode/mn_compact.c). */
+	/* With room to spare (the node asked now: another volume may have
+	 * taken pages since the last check) the output gets a run of its own,
+	 * sealed read-only like a flush's table (eng_seal_buf writes and
+	 * syncs it).
+	 * Else slab space: outputs exist beside their inputs until the
+	 * install, so they must leave the node the room its flushes need
+	 * (eng_space_keep), as the node's own compaction does
+	 * (memnode/mn_compact.c). */
+	x.owner = ENG_TABLE_SLAB;
+	r = -ENOSPC;
+	if (eng_seal_room(db, len, true)) {
+		r = eng_seal_buf(db, p, len, &x.off);
+		if (!r)
+			x.owner = ENG_TABLE_NODE;
+		else if (r != -ENOSPC)
+			return r;
+	}
 	pthread_mutex_lock(&db->man_mu);
-	r = eng_space_get_keep(db, len, eng_space_keep(db, cc->in_bytes, cc->os->bytes + len),
-			       &x.off);
+	if (r)
+		r = eng_space_get_keep(db, len,
+				       eng_space_keep(db, cc->in_bytes, cc->os->bytes + len), &x.off);
 	x.number = db->next_number++;
 	pthread_mutex_unlock(&db->man_mu);
 	if (r)
 		return r;
 	x.len = len;
 	x.data_len = meta->data_len;
-	x.owner = ENG_TABLE_SLAB;
 	r = outs_add(cc->os, &x);
 	if (r) {
-		pthread_mutex_lock(&db->man_mu);
-		eng_space_put(db, x.off, len);
-		pthread_mutex_unlock(&db->man_mu);
+		if (x.owner == ENG_TABLE_NODE) {
+			struct mn_extent e = { x.off, eng_node_extent_len(len) };
+
+			if (mn_free_extents(db->mc, &e, 1))
+				dkv_warn("compaction: an output not freed (the next open "
+					 "reclaims it)");
+		} else {
+			pthread_mutex_lock(&db->man_mu);
+			eng_space_put(db, x.off, len);
+			pthread_mutex_unlock(&db->man_mu);
+		}
 		return r;
 	}
-	r = mn_write(db->mc, x.off, p, len);
-	/* The edit that installs it drops the inputs: on a file-backed node
-	 * the output must reach the file first (power loss), as a flush's. */
-	if (!r)
-		r = mn_sync(db->mc, x.off, len);
-	if (r)
-		return r;
+	if (x.owner == ENG_TABLE_SLAB) {
+		r = mn_write(db->mc, x.off, p, len);
+		/* The edit that installs it drops the inputs: on a
+		 * file-backed node the output must reach the file first
+		 * (power loss), as a flush's. */
+		if (!r)
+			r = mn_sync(db->mc, x.off, len);
+		if (r)
+			return r;
+	}
 	atomic_fetch_add(&db->st_comp_net, len);
 	atomic_fetch_add(&db->st_comp_written, len);
-	r = eng_table_adopt(db, x.number, x.off, len, ENG_TABLE_SLAB, *idx,
+	atomic_fetch_add(x.owner == ENG_TABLE_NODE ? &db->st_tables_sealed : &db->st_tables_unsealed,
+			 1);
+	r = eng_table_adopt(db, x.number, x.off, len, x.owner, *idx,
 			    &cc->os->o[cc->os->n - 1].t);
 	if (!r)
 		*idx = NULL;

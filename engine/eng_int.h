@@ -487,6 +487,15 @@ struct eng_piece_place {
 int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
 		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
 		    struct eng_piece *pc, bool *more);
+/* Does a table of est bytes get a run of its own, sealed read-only once
+ * written: 4 MiB or more, and the node has room for it twice over above
+ * the reserve (fresh: asked of the node now, not the figure of the last
+ * check; man_mu not held). */
+bool eng_seal_room(struct eng_db *db, uint64_t est, bool fresh);
+/* p (len bytes, a whole table) into a run of its own, synced and sealed
+ * (a node extent at *off); the run is given back on failure.  -ENOSPC: no
+ * run that large free. */
+int eng_seal_buf(struct eng_db *db, const void *p, size_t len, uint64_t *off);
 /* Pieces written but not installed: handles dropped, their space back to
  * the allocator, or to eng_space_defer when the edit was unsure. */
 void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool unsure);

@@ -230,15 +230,25 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
  * in four, about one in ten for a 16 MiB memtable) and the node has room for
  * it twice over above the reserve (the table, and the compaction that will
  * merge it).  Small tables (a memtable flushed early for a sync or its
- * deletes) and tables written close to full go into the holes of the
- * volume's slabs as before, which pack them to the byte and leave the
- * node's last pages to compaction and to the deletes that will free space.
- * Those stay writable by this mount until a compaction replaces them (with
- * node extents, which no client can write); tables_unsealed counts them. */
+ * deletes, the last output of a compute-mode compaction) and tables written
+ * close to full go into the holes of the volume's slabs as before, which
+ * pack them to the byte and leave the node's last pages to compaction and
+ * to the deletes that will free space.  Those stay writable by this mount
+ * until a compaction replaces them (with node extents, which no client can
+ * write); tables_unsealed counts them.  (Sealing every table, a 20 KB one
+ * took a whole 1 MiB page until merged: a node of small flushes filled
+ * with waste.) */
 #define FLUSH_SEAL_MIN (4u << 20)
-static bool seal_room(struct eng_db *db, uint64_t est)
+bool eng_seal_room(struct eng_db *db, uint64_t est, bool fresh)
 {
-	return est >= FLUSH_SEAL_MIN && !atomic_load(&db->space_low) &&
+	if (est < FLUSH_SEAL_MIN)
+		return false;
+	if (fresh) {
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_check(db);
+		pthread_mutex_unlock(&db->man_mu);
+	}
+	return !atomic_load(&db->space_low) &&
 	       atomic_load(&db->space_free) >= db->reserve + 2 * eng_node_extent_len(est);
 }
 
@@ -311,6 +321,28 @@ static int write_sealed(struct eng_db *db, struct dkv_iter *it, const void *star
 	return r;
 }
 
+int eng_seal_buf(struct eng_db *db, const void *p, size_t len, uint64_t *off)
+{
+	struct mn_extent run, sealed;
+	int r = mn_alloc_slab(db->mc, len, &run);
+
+	if (r)
+		return r;
+	r = mn_write(db->mc, run.off, p, len);
+	if (!r)
+		r = mn_sync(db->mc, run.off, len);
+	if (!r)
+		r = mn_seal(db->mc, run.off, len, &sealed);
+	if (r) {
+		if (mn_free_slab(db->mc, run.off) && mn_free_extents(db->mc, &run, 1))
+			dkv_warn("could not free table run %llu (the next open reclaims it)",
+				 (unsigned long long)run.off);
+		return r == -ENOSPC ? -EIO : r;
+	}
+	*off = run.off;
+	return 0;
+}
+
 /* Space for a piece: from the slabs (growing them), or for the cleaner
  * (engine/gc.c) only from holes in the slabs there are, outside one.  The
  * cleaner may take a new slab from the whole reserve, as a flush does: its
@@ -337,7 +369,7 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 	bool cut = false;
 	int r;
 
-	if ((!pl || !pl->holes_only) && seal_room(db, est)) {
+	if ((!pl || !pl->holes_only) && eng_seal_room(db, est, false)) {
 		uint64_t number;
 
 		pthread_mutex_lock(&db->man_mu);

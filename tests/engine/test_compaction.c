@@ -11,6 +11,7 @@
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
 #include "net/rpc.h"
+#include "engine/eng_int.h"
 #include "tests/engine/eng_test.h"
 
 #define NK 500
@@ -382,6 +383,70 @@ Test(compaction, compute_outputs_are_synced_on_a_file_backed_node, .timeout = 60
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 	unlink(backing);
+}
+
+/* compaction=compute outputs of 4 MiB or more, on a node with room, are
+ * sealed like flushed tables: node extents the writer itself cannot write
+ * (issue 10).  Smaller ones (the last of a compaction) go into slab space. */
+#define SEAL_KEYS 14000
+Test(compaction, compute_outputs_are_sealed_read_only, .timeout = 60)
+{
+	struct tnode node = { 0 };
+	struct eng_options o;
+	struct eng_stats st0, st1;
+	unsigned sealed = 0, outs = 0;
+	char junk[64] = { 0 };
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 1u << 20;
+	o.slab_size = 2u << 20;
+	o.compaction = ENG_COMPACTION_COMPUTE;
+	o.l0_compaction_trigger = 50; /* compactions when asked for only */
+	o.l0_slowdown_trigger = 60;
+	o.l0_stop_trigger = 70;
+	o.target_table_bytes = 4u << 20;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < SEAL_KEYS; i++) {
+		char k[32], v[1100];
+
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+				     tval(v, sizeof(v), i + 5, 1000)),
+			     0);
+	}
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(eng_stats(db, &st0), 0);
+	cr_assert_eq(eng_compact_all(db), 0);
+	cr_assert_eq(eng_stats(db, &st1), 0);
+	pthread_mutex_lock(&db->mu);
+	for (int l = 1; l < ENG_LEVELS; l++)
+		for (size_t i = 0; i < db->current->nfiles[l]; i++) {
+			struct eng_table *t = db->current->files[l][i];
+
+			outs++;
+			if (t->len < (4u << 20))
+				continue;
+			cr_assert_eq(t->owner, ENG_TABLE_NODE, "L%d output %zu (%llu bytes) in slab "
+				     "space", l, i, (unsigned long long)t->len);
+			cr_assert_eq(mn_write(db->mc, t->off, junk, sizeof(junk)), -DKV_E_GRANT,
+				     "the writer can write its compaction's output");
+			sealed++;
+		}
+	pthread_mutex_unlock(&db->mu);
+	cr_assert_geq(sealed, 2, "%u of %u outputs of 4 MiB or more", sealed, outs);
+	cr_assert_geq(st1.tables_sealed - st0.tables_sealed, sealed);
+	for (unsigned i = 0; i < SEAL_KEYS; i++) {
+		char k[32], v[1100];
+		void *got;
+		size_t vl, el = tval(v, sizeof(v), i + 5, 1000);
+
+		cr_assert_eq(eng_get(db, NULL, k, tkey(k, sizeof(k), i), &got, &vl), 0, "key %u", i);
+		cr_assert(vl == el && !memcmp(got, v, vl), "key %u damaged", i);
+		free(got);
+	}
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
 }
 
 /* ------------------------------------------------------------ space */

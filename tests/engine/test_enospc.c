@@ -483,8 +483,10 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
 /* A memtable smaller than a node page asks for its own size, so a hole in
  * the volume's slabs that holds it will do when the node has no page left.
  * (It asked a whole 1 MiB, which no hole in a 1 MiB slab holds, and failed
- * for as long as the node stayed full.)  The first flush leaves most of a
- * slab free behind a small table; the second, of 200 records, must fit. */
+ * for as long as the node stayed full.)  The first flush, with the node too
+ * full to seal a table (5 pages free, under the 4 MiB reserve
+ * and two pages), goes into slab space and leaves most
+ * of a slab free behind it; the second, of 200 records, must fit there. */
 Test(enospc, a_small_flush_fits_a_hole_in_a_slab, .timeout = 60)
 {
 	struct tnode node;
@@ -499,14 +501,21 @@ Test(enospc, a_small_flush_fits_a_hole_in_a_slab, .timeout = 60)
 
 	open_small(&node, &o, &db);
 	put_range(db, tags, 0, 100);
+	filler_fill(&node, &c, slabs, &ns);
+	for (unsigned i = 0; i < 5; i++)
+		cr_assert_eq(mn_free_slab(c, slabs[--ns].off), 0);
 	cr_assert_eq(eng_flush(db), 0);
 	put_range(db, tags, 100, 300);
-	filler_fill(&node, &c, slabs, &ns);
+	while (ns < FILL_MAX && (r = mn_alloc_slab(c, 1u << 20, &slabs[ns])) == 0)
+		ns++;
+	cr_assert_eq(r, -ENOSPC);
 	r = eng_flush(db);
 	cr_assert_eq(r, 0, "flush of 200 records on a full node with holes in its slabs: %s",
 		     dkv_strerror(r));
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_eq(st.tables, 2, "%llu tables", (unsigned long long)st.tables);
+	cr_assert_eq(st.tables_unsealed, 2, "too full to seal: %llu of 2 in slab space",
+		     (unsigned long long)st.tables_unsealed);
 	check_all(db, tags, 300);
 	cr_assert_eq(eng_close(db), 0);
 	mn_client_close(c);
@@ -588,14 +597,16 @@ Test(enospc, a_flush_waits_for_room_that_comes_back_table, .timeout = 60)
 
 /* A compute-mode compaction's outputs never take the lower half of the
  * reserve (eng_space_keep): flushes and WAL segments need it while the
- * outputs exist beside their inputs.  Six overlapping level-0 tables (6 MiB)
- * are merged with 1 MiB more than the reserve free on the node; while the
- * compaction holds what it wrote (ENG_FAULT_COMPACTION_HOLD, 2 s) the node
- * must still have half the reserve free.  (With no limit the outputs took
- * the node's last page.) */
+ * outputs exist beside their inputs.  Six overlapping level-0 tables (5.5
+ * MiB) are merged with 1 MiB more than the reserve free on the node; while
+ * the compaction holds what it wrote (ENG_FAULT_COMPACTION_HOLD, 2 s) the
+ * node must still have half the reserve free.  (With no limit the outputs
+ * took the node's last page.)  target: the outputs' size; from 4 MiB they
+ * are sealed in runs of their own when the node has room, which must be
+ * asked of the node then: the filler took its pages after the last check. */
 #define NOVL 6
 #define NPER 900
-Test(enospc, compute_outputs_leave_half_the_reserve, .timeout = 90)
+static void outputs_leave_half_the_reserve(uint64_t target)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -612,7 +623,7 @@ Test(enospc, compute_outputs_leave_half_the_reserve, .timeout = 90)
 
 	small_opts(&node, &o, ENG_COMPACTION_COMPUTE);
 	o.l0_compaction_trigger = NOVL + 2; /* only the one asked for */
-	o.target_table_bytes = 512u << 10;
+	o.target_table_bytes = target;
 	cr_assert_eq(eng_open(&o, &db), 0);
 	for (unsigned j = 0; j < NOVL; j++) {
 		for (unsigned i = 0; i < NPER; i++) {
@@ -649,4 +660,14 @@ Test(enospc, compute_outputs_leave_half_the_reserve, .timeout = 90)
 	cr_assert_eq(eng_close(db), 0);
 	mn_client_close(c);
 	tnode_stop(&node);
+}
+
+Test(enospc, compute_outputs_leave_half_the_reserve, .timeout = 90)
+{
+	outputs_leave_half_the_reserve(512u << 10);
+}
+
+Test(enospc, compute_outputs_leave_half_the_reserve_sealed, .timeout = 90)
+{
+	outputs_leave_half_the_reserve(4u << 20);
 }
