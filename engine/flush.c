@@ -252,6 +252,32 @@ bool eng_seal_room(struct eng_db *db, uint64_t est, bool fresh)
 	       atomic_load(&db->space_free) >= db->reserve + 2 * eng_node_extent_len(est);
 }
 
+/* A run that will not hold an installed table: back to the node, as a
+ * slab or, once sealed, as a node extent. */
+static void give_back_run(struct eng_db *db, const struct mn_extent *run)
+{
+	if (mn_free_slab(db->mc, run->off) && mn_free_extents(db->mc, run, 1))
+		dkv_warn("could not free table run %llu (the next open reclaims it)",
+			 (unsigned long long)run->off);
+}
+
+/* The table's size bytes written at the head of run: synced, then sealed
+ * (read-only from now on); on failure the run goes back.  -ENOSPC from
+ * the node becomes -EIO (to callers -ENOSPC means "no run"). */
+static int seal_run(struct eng_db *db, const struct mn_extent *run, uint64_t size)
+{
+	struct mn_extent sealed;
+	int r = mn_sync(db->mc, run->off, size);
+
+	if (!r)
+		r = mn_seal(db->mc, run->off, size, &sealed);
+	if (r) {
+		give_back_run(db, run);
+		return r == -ENOSPC ? -EIO : r;
+	}
+	return 0;
+}
+
 /* The table in a run of its own: a slab from the node the size of the
  * estimate, written, synced, then sealed (MN_OP_SEAL): the node keeps the
  * pages the table fills as a node extent that no client can write any more
@@ -265,7 +291,7 @@ static int write_sealed(struct eng_db *db, struct dkv_iter *it, const void *star
 {
 	struct sst_meta meta = { 0 };
 	struct sst_index *idx = NULL;
-	struct mn_extent run, sealed;
+	struct mn_extent run;
 	struct flush_out fo;
 	int r;
 
@@ -294,16 +320,11 @@ static int write_sealed(struct eng_db *db, struct dkv_iter *it, const void *star
 			return r == -ENOSPC ? -EIO : r; /* -ENOSPC means: no run */
 		est = run.len * 2;
 	}
-	r = mn_sync(db->mc, run.off, meta.size);
-	if (!r)
-		r = mn_seal(db->mc, run.off, meta.size, &sealed);
+	r = seal_run(db, &run, meta.size);
 	if (r) {
 		sst_index_destroy(idx);
 		sst_meta_release(&meta);
-		if (mn_free_slab(db->mc, run.off) && mn_free_extents(db->mc, &run, 1))
-			dkv_warn("could not free table run %llu (the next open reclaims it)",
-				 (unsigned long long)run.off);
-		return r == -ENOSPC ? -EIO : r;
+		return r;
 	}
 	pc->number = number;
 	pc->off = run.off;
@@ -323,24 +344,20 @@ static int write_sealed(struct eng_db *db, struct dkv_iter *it, const void *star
 
 int eng_seal_buf(struct eng_db *db, const void *p, size_t len, uint64_t *off)
 {
-	struct mn_extent run, sealed;
+	struct mn_extent run;
 	int r = mn_alloc_slab(db->mc, len, &run);
 
 	if (r)
 		return r;
 	r = mn_write(db->mc, run.off, p, len);
-	if (!r)
-		r = mn_sync(db->mc, run.off, len);
-	if (!r)
-		r = mn_seal(db->mc, run.off, len, &sealed);
 	if (r) {
-		if (mn_free_slab(db->mc, run.off) && mn_free_extents(db->mc, &run, 1))
-			dkv_warn("could not free table run %llu (the next open reclaims it)",
-				 (unsigned long long)run.off);
+		give_back_run(db, &run);
 		return r == -ENOSPC ? -EIO : r;
 	}
-	*off = run.off;
-	return 0;
+	r = seal_run(db, &run, len);
+	if (!r)
+		*off = run.off;
+	return r;
 }
 
 /* Space for a piece: from the slabs (growing them), or for the cleaner

@@ -595,6 +595,36 @@ Test(enospc, a_flush_waits_for_room_that_comes_back_table, .timeout = 60)
 	flush_waits(1);
 }
 
+/* ... and no longer than that: with no room coming back, eng_flush gives up
+ * with -ENOSPC after about ENG_DELETE_STALL_US (3 s), never hangs. */
+Test(enospc, a_flush_on_a_node_that_stays_full_fails_after_3_s, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct mn_client *c;
+	static struct mn_extent slabs[FILL_MAX];
+	static uint32_t tags[NFIT];
+	uint64_t t0, us;
+	unsigned ns;
+	eng_db *db;
+	int r;
+
+	open_small(&node, &o, &db);
+	put_range(db, tags, 0, NFIT);
+	filler_fill(&node, &c, slabs, &ns);
+	t0 = eng_now_us();
+	r = eng_flush(db);
+	us = eng_now_us() - t0;
+	cr_assert_eq(r, -ENOSPC, "flush on a full node: %s", dkv_strerror(r));
+	cr_assert_geq(us, 2500000, "gave up after %llu ms", (unsigned long long)us / 1000);
+	cr_assert_lt(us, 3000000ull + 3000000ull * (uint64_t)test_time_scale(),
+		     "gave up only after %llu ms", (unsigned long long)us / 1000);
+	check_all(db, tags, NFIT);
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(c);
+	tnode_stop(&node);
+}
+
 /* A compute-mode compaction's outputs never take the lower half of the
  * reserve (eng_space_keep): flushes and WAL segments need it while the
  * outputs exist beside their inputs.  Six overlapping level-0 tables (5.5
