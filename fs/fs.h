@@ -40,12 +40,19 @@ enum fs_atime {
 	FS_ATIME_NOATIME,      /* never (utimens still sets it) */
 };
 
+/* The kernel's name and attribute caches live an hour by default: the
+ * volume's lease makes this mount its only writer, every change goes through
+ * this kernel (which updates its caches itself), and what the daemon changes
+ * behind it (a hard-linked file's other names, the stats file) it invalidates
+ * (fs_alias.c).  docs/fs.md, "Cache choices". */
+#define FS_CACHE_TIMEOUT 3600.0
+
 struct fs_opts {
 	uid_t root_uid;          /* owner of a freshly made root directory */
 	gid_t root_gid;
 	bool read_only;
-	double entry_timeout;    /* seconds the kernel caches names, default 1 */
-	double attr_timeout;     /* seconds the kernel caches attributes, default 1 */
+	double entry_timeout;    /* seconds the kernel caches names, default FS_CACHE_TIMEOUT */
+	double attr_timeout;     /* seconds the kernel caches attributes, default FS_CACHE_TIMEOUT */
 	bool implicit_dirs;      /* lookups also find directories that have keys below
 				  * them but no marker (raw key API): one iterator seek per
 				  * failed lookup.  Default false: listings find them and

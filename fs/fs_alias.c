@@ -29,9 +29,17 @@
  * after, and close (FLUSH) and fsync wait for what is still queued, so they
  * are fresh once close() returns.
  *
- * Bounded: at most ALIAS_MAX names in all (then a warning, once, and no
- * more are noted: their attributes can then be stale for up to
- * attr_timeout).  Lookups are by a hash of the path; invalidation and
+ * Names the kernel must not cache at all go through the same thread
+ * (fs_alias_uncache): each answer about them is invalidated just after it
+ * is given, so the next stat asks again.  That is the stats file, whose
+ * size changes with every counter, and every hard-linked name past the
+ * table's bound.
+ *
+ * Bounded: at most ALIAS_MAX names in all (then a warning, once, and the
+ * names past it are not cached by the kernel, above); at most ALIAS_QUEUE
+ * names waiting to be uncached (a request thread waits up to ALIAS_WAIT_MS
+ * for room, then a warning, once: that name's attributes can then be stale
+ * for up to attr_timeout).  Lookups are by a hash of the path; invalidation and
  * rename scan the table, whose entries are hard-linked names only.
  */
 #include <errno.h>
@@ -50,6 +58,8 @@
 #define ALIAS_BUCKETS 4096
 #define ALIAS_QUEUE   1024
 #define ALIAS_WAIT_MS 200
+#define UNCACHE_DELAY_MS 2  /* after an answer, before its invalidation */
+#define UNCACHE_RETRY_MS 20 /* once more, if the kernel had no inode yet */
 
 struct alias {
 	struct alias *next; /* hash chain */
@@ -69,8 +79,12 @@ struct fs_alias {
 	pthread_cond_t cv, done_cv;
 	uint64_t q[ALIAS_QUEUE]; /* mu */
 	size_t qn;               /* mu */
+	/* paths whose attributes the kernel must not keep: invalidated just
+	 * after each answer (fs_alias_uncache); same tickets */
+	char *uq[ALIAS_QUEUE];   /* mu */
+	size_t uqn;              /* mu */
 	uint64_t queued, done;   /* mu */
-	bool stop, q_warned;     /* mu */
+	bool stop, q_warned, uq_warned; /* mu */
 	pthread_t thr;
 };
 
@@ -115,10 +129,13 @@ void fs_alias_note(struct fs_ctx *fs, uint64_t ino, const char *path)
 		(*pp)->ino = ino;
 	} else if (a->n >= ALIAS_MAX) {
 		if (!a->full_warned)
-			dkv_warn("more than %d names of hard-linked files seen: other names of such "
-				 "files may show attributes up to attr_timeout old",
+			dkv_warn("more than %d names of hard-linked files seen: the kernel keeps no "
+				 "attributes of the others (each stat of them asks the daemon)",
 				 ALIAS_MAX);
 		a->full_warned = true;
+		pthread_mutex_unlock(&a->mu);
+		fs_alias_uncache(fs, path);
+		return;
 	} else {
 		struct alias *e = malloc(sizeof(*e) + len + 1);
 		if (e) {
@@ -266,25 +283,56 @@ out:
 	free(paths);
 }
 
+/* Paths whose attributes were just answered and must not be kept (the
+ * alias thread only; frees them).  The caller applies a reply in its own
+ * time: an inode it has not made yet cannot be invalidated (-ENOENT), while
+ * a reply applied after an invalidation of an existing inode is not kept
+ * (older attribute version).  So wait a little first, and once more for
+ * the paths whose inode the kernel had not made yet. */
+static void uncache(struct fs_alias *a, char **paths, size_t n)
+{
+	const struct timespec first = { 0, UNCACHE_DELAY_MS * 1000000L },
+			      again = { 0, UNCACHE_RETRY_MS * 1000000L };
+	size_t retry = 0;
+
+	nanosleep(&first, NULL);
+	for (size_t i = 0; i < n; i++) {
+		if (fuse_invalidate_path(a->fuse, paths[i]) == -ENOENT)
+			paths[retry++] = paths[i];
+		else
+			free(paths[i]);
+	}
+	if (retry)
+		nanosleep(&again, NULL);
+	for (size_t i = 0; i < retry; i++) {
+		fuse_invalidate_path(a->fuse, paths[i]);
+		free(paths[i]);
+	}
+}
+
 static void *alias_main(void *arg)
 {
 	struct fs_alias *a = arg;
 	uint64_t batch[ALIAS_QUEUE];
+	char *ubatch[ALIAS_QUEUE];
 
 	pthread_setname_np(pthread_self(), "dkvfs-links");
 	pthread_mutex_lock(&a->mu);
 	for (;;) {
-		while (!a->qn && !a->stop)
+		while (!a->qn && !a->uqn && !a->stop)
 			pthread_cond_wait(&a->cv, &a->mu);
 		if (a->stop)
 			break;
-		size_t n = a->qn;
+		size_t n = a->qn, un = a->uqn;
 		uint64_t upto = a->queued;
 		memcpy(batch, a->q, n * sizeof(batch[0]));
-		a->qn = 0;
+		memcpy(ubatch, a->uq, un * sizeof(ubatch[0]));
+		a->qn = a->uqn = 0;
 		pthread_mutex_unlock(&a->mu);
 		for (size_t i = 0; i < n; i++)
 			invalidate(a, batch[i]);
+		if (un)
+			uncache(a, ubatch, un);
 		pthread_mutex_lock(&a->mu);
 		a->done = upto;
 		pthread_cond_broadcast(&a->done_cv);
@@ -348,6 +396,37 @@ void fs_alias_changed(struct fs_ctx *fs, uint64_t ino, bool wait)
 	pthread_mutex_unlock(&a->mu);
 }
 
+void fs_alias_uncache(struct fs_ctx *fs, const char *path)
+{
+	struct fs_alias *a = fs->alias;
+
+	if (!a || !path)
+		return;
+	pthread_mutex_lock(&a->mu);
+	for (size_t i = 0; i < a->uqn; i++) {
+		if (!strcmp(a->uq[i], path)) {
+			pthread_mutex_unlock(&a->mu);
+			return;
+		}
+	}
+	if (a->uqn == ALIAS_QUEUE) /* a request thread: wait for room, bounded */
+		wait_done(a, a->queued);
+	char *p = a->uqn < ALIAS_QUEUE ? strdup(path) : NULL;
+	if (!p) {
+		if (!a->uq_warned)
+			dkv_warn("more than %d names waiting to be dropped from the kernel's "
+				 "attribute cache: some may show attributes up to attr_timeout old",
+				 ALIAS_QUEUE);
+		a->uq_warned = true;
+		pthread_mutex_unlock(&a->mu);
+		return;
+	}
+	a->uq[a->uqn++] = p;
+	++a->queued;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+}
+
 int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse)
 {
 	struct fs_alias *a = calloc(1, sizeof(*a));
@@ -389,6 +468,8 @@ void fs_alias_stop(struct fs_ctx *fs)
 	pthread_mutex_unlock(&a->mu);
 	pthread_join(a->thr, NULL);
 	fs->alias = NULL;
+	for (size_t i = 0; i < a->uqn; i++)
+		free(a->uq[i]);
 	for (unsigned b = 0; b < ALIAS_BUCKETS; b++)
 		while (a->tab[b])
 			drop(a, &a->tab[b]);

@@ -39,8 +39,8 @@ void fs_opts_init(struct fs_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->root_uid = getuid();
 	o->root_gid = getgid();
-	o->entry_timeout = 1.0;
-	o->attr_timeout = 1.0;
+	o->entry_timeout = FS_CACHE_TIMEOUT;
+	o->attr_timeout = FS_CACHE_TIMEOUT;
 	o->implicit_dirs = false;
 	o->max_dirty_chunks = 4;
 	o->rename_batch_bytes = 16u << 20;

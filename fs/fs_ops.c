@@ -57,6 +57,12 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
+	/* always readdirplus, not the kernel's guess of when it pays: a
+	 * listing's entries come with their attributes from the same records
+	 * (no extra engine work), and with them the kernel holds each name,
+	 * so `rm -rf`, `ls -l` and `chmod -R` of a listed directory skip a
+	 * LOOKUP per entry (rm -rf of 1,000 files: 799 LOOKUPs with AUTO, 1) */
+	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
 	if (fs->opts.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 	else
@@ -100,6 +106,10 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 			if (b)
 				st->st_size = (off_t)fs_stats_text(fs, b, STATS_CAP);
 			free(b);
+			/* the kernel keeps attributes for attr_timeout (an hour):
+			 * drop this size just after it is answered, so the next
+			 * stat asks again (fs_alias.c) */
+			fs_alias_uncache(fs, path);
 		}
 		return 0;
 	}
@@ -530,6 +540,11 @@ static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file
 	fh->ino = ino;
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 1;
+	/* a handle that cannot write has nothing for close() to commit: no
+	 * FLUSH round trip (its atime stamp goes with RELEASE, just after).
+	 * O_TRUNC is a change even read-only (atomic_o_trunc): it keeps it. */
+	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
+		fi->noflush = 1;
 	return 0;
 }
 
@@ -579,9 +594,9 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 		return ret(fs, rc);
 	if (S_ISDIR(ino->rec.mode))
 		rc = -EISDIR;
-	else if (fs->opts.read_only && (fi->flags & O_ACCMODE) != O_RDONLY)
+	else if (fs->opts.read_only && ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)))
 		rc = -EROFS;
-	else if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+	else if (fi->flags & O_TRUNC) { /* O_RDONLY too, as Linux does (the kernel checked write access) */
 		pthread_mutex_lock(&ino->mu);
 		bool shared = ino->rec.size && (ino->rec.flags & FS_REC_SHARED);
 		if (ino->rec.size)

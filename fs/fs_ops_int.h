@@ -105,6 +105,11 @@ uint64_t fs_alias_ino(struct fs_ctx *fs, const char *path);
 void fs_alias_forget(struct fs_ctx *fs, const char *path);
 void fs_alias_rename(struct fs_ctx *fs, const char *from, const char *to, bool exchange);
 void fs_alias_changed(struct fs_ctx *fs, uint64_t ino, bool wait);
+/* The attributes of path were just answered and must not be kept by the
+ * kernel: the alias thread invalidates them a moment later (the stats file;
+ * hard-linked names past the table's bound).  Waits for room (200 ms at
+ * most) when 1,024 are already waiting. */
+void fs_alias_uncache(struct fs_ctx *fs, const char *path);
 /* Wait (at most 200 ms) for every change queued so far: close and fsync of
  * a file, so writes through a handle show through other names once close()
  * returns.  Returns at once when nothing is queued (the common case). */

@@ -1,6 +1,8 @@
 /* tests/fs/test_alias.c — the hard-link name table (fs/fs_alias.c) and its
- * promises in docs/fs.md: at most 65,536 names (then one warning), at most
- * 1,024 files queued (then one warning), an op by path waits for the
+ * promises in docs/fs.md: at most 65,536 names (then one warning, and the
+ * kernel caches no attributes of the rest), at most 1,024 files queued (then
+ * one warning), at most 1,024 names waiting to be uncached (a request waits
+ * for room, then one warning), an op by path waits for the
  * invalidation at most 200 ms, a name the kernel forgot is dropped, rename
  * moves names.
  *
@@ -188,6 +190,14 @@ Test(alias, at_most_65536_names_then_one_warning, .timeout = 60)
 	cr_assert_eq(fs_alias_ino(fs, "/f65635"), 0);
 	cr_assert_eq(log_lines("more than 65536 names of hard-linked files"), 1,
 		     "one warning, not one per name");
+	/* the names past the bound are not cached by the kernel: each answer
+	 * about them is invalidated just after it is given */
+	fs_alias_settle(fs);
+	cr_assert_eq(count_calls("/f65536"), 1, "a name past the bound was left cached");
+	cr_assert_eq(count_calls("/f65535"), 0, "a noted name was invalidated without a change");
+	fs_alias_note(fs, 65537, "/f65536"); /* answered again */
+	fs_alias_settle(fs);
+	cr_assert_eq(count_calls("/f65536"), 2);
 	/* Room again once names go. */
 	fs_alias_forget(fs, "/f0");
 	fs_alias_note(fs, 99999, "/again");
@@ -256,5 +266,47 @@ Test(alias, at_most_1024_files_queued_then_one_warning, .timeout = 30)
 	/* The queue drained: changes are taken again. */
 	fs_alias_changed(fs, 1030, true);
 	cr_assert_eq(count_calls("/f1030"), 1);
+	stop(fs);
+}
+
+/* fs_alias_uncache: the answer is invalidated a moment after it was given
+ * (not before: 2 ms), again a little later when the kernel had no inode yet
+ * (-ENOENT); at most 1,024 waiting, then the caller waits for room at most
+ * 200 ms, then one warning. */
+Test(alias, uncached_names_are_dropped_after_each_answer, .timeout = 30)
+{
+	struct fs_ctx *fs = start();
+	char p[32];
+
+	double t0 = now_ms();
+	fs_alias_uncache(fs, "/.dkvfs/stats");
+	fs_alias_uncache(fs, "/.dkvfs/stats"); /* waiting already: once */
+	fs_alias_settle(fs);
+	cr_assert_geq(now_ms() - t0, 1.5, "invalidated before the answer could be applied");
+	cr_assert_eq(count_calls("/.dkvfs/stats"), 1);
+	forgotten = "/new"; /* the kernel has no inode for it yet */
+	fs_alias_uncache(fs, "/new");
+	fs_alias_settle(fs);
+	cr_assert_eq(count_calls("/new"), 2, "no second try after -ENOENT");
+	forgotten = NULL;
+
+	set_hold(true);
+	fs_alias_uncache(fs, "/u0");
+	wait_entered(4); /* the thread took /u0 and is stuck in its call */
+	for (int i = 1; i <= 1024; i++) {
+		snprintf(p, sizeof(p), "/u%d", i);
+		fs_alias_uncache(fs, p); /* 1,024 waiting */
+	}
+	cr_assert_eq(log_lines("names waiting to be dropped"), 0);
+	t0 = now_ms();
+	fs_alias_uncache(fs, "/u1025"); /* no room: waits, then gives up */
+	double waited = now_ms() - t0;
+	cr_assert(waited >= 190 && waited <= 1000, "waited %.1f ms for room", waited);
+	cr_assert_eq(log_lines("more than 1024 names waiting to be dropped"), 1);
+	set_hold(false);
+	for (int i = 0; i < 50 && !count_calls("/u1024"); i++)
+		fs_alias_settle(fs);
+	cr_assert_eq(count_calls("/u1024"), 1, "the 1,024th waiting name is invalidated");
+	cr_assert_eq(count_calls("/u1025"), 0, "the name past the bound is not");
 	stop(fs);
 }

@@ -1,0 +1,123 @@
+/* tests/mount/test_cache.c — the kernel caches this mount lets live long
+ * (docs/fs.md, "Cache choices"): names and attributes for an hour, every
+ * listing with its attributes (readdirplus), no FLUSH for a handle that
+ * cannot write.  Each test drives the mount with its defaults and real
+ * tools and checks that what was written is what is read, through another
+ * handle, another process and after a remount. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/helpers/mount_fixture.h"
+
+TestSuite(cache, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
+
+/* The stats file's size changes with its counters; with attributes cached
+ * for an hour, each stat of it must still ask the daemon (fs_alias.c drops
+ * the answer right after).  Without that, the second stat gave the first
+ * size. */
+Test(cache, stats_file_size_follows_its_counters)
+{
+	char s1[32], s2[32], rd[32];
+	cr_assert_eq(up(NULL), 0);
+	sh_out(s1, sizeof(s1), "stat -c %%s %s/.dkvfs/stats", MNT);
+	/* 300 creates: puts, batches, bytes written and creates grow by
+	 * digits, so the text gets longer */
+	cr_assert_eq(sh("mkdir %s/d && cd %s/d && seq -f f%%04g 300 | xargs touch", MNT, MNT), 0);
+	for (int round = 0; round < 3; round++) {
+		sh_out(s2, sizeof(s2), "stat -c %%s %s/.dkvfs/stats", MNT);
+		sh_out(rd, sizeof(rd), "cat %s/.dkvfs/stats | wc -c", MNT);
+		cr_assert_gt(atol(s2), atol(s1), "round %d: stat says %s bytes, as before 300 creates "
+			     "(a read gives %s)", round, s2, rd);
+		cr_assert_lt(labs(atol(s2) - atol(rd)), 64, "round %d: stat says %s bytes, a read gives %s",
+			     round, s2, rd);
+	}
+	down();
+}
+
+/* With the mount's default (hour-long) caches: every change shows at once
+ * to another process, through another open handle, and after a remount. */
+Test(cache, changes_show_at_once_and_after_remount)
+{
+	char a[256], b[256];
+	cr_assert_eq(up(NULL), 0);
+	/* stat every name first, so the kernel holds them all */
+	cr_assert_eq(sh("cd %s && mkdir -p x/y && echo one > x/f && echo two > x/g && ln -s f x/l && "
+			"ls -lR . > /dev/null", MNT), 0);
+	/* a write through a handle held open, seen by another process's read
+	 * and stat while the handle is still open */
+	cr_assert_eq(sh("cd %s/x && exec 3>>f && printf 'more' >&3 && "
+			"test \"$(cat f)\" = \"$(printf 'one\\nmore')\" && test $(stat -c %%s f) = 8 && "
+			"printf '!' >&3 && test $(stat -c %%s f) = 9 && exec 3>&-", MNT), 0,
+		     "a write through an open handle is not seen at once");
+	/* a listing while a handle holds uncommitted writes: its entries carry
+	 * the open file's size, not the last committed one */
+	cr_assert_eq(sh("cd %s/x && exec 3>h && head -c 300000 /dev/zero >&3 && ls -l > /dev/null && "
+			"test $(stat -c %%s h) = 300000 && ls -l h | grep -q ' 300000 ' && exec 3>&- && "
+			"test $(stat -c %%s h) = 300000 && rm h", MNT), 0,
+		     "a listing during uncommitted writes showed another size");
+	/* truncate, chmod, chown, utimens, rename over, rmdir: stat sees each */
+	cr_assert_eq(sh("cd %s/x && truncate -s 2 f && test $(stat -c %%s f) = 2 && test \"$(cat f)\" = on",
+			MNT), 0, "truncate");
+	cr_assert_eq(sh("cd %s/x && chmod 640 f && test $(stat -c %%a f) = 640", MNT), 0, "chmod");
+	cr_assert_eq(sh("cd %s/x && chown 65534:65534 f && test \"$(stat -c %%u:%%g f)\" = 65534:65534",
+			MNT), 0, "chown");
+	cr_assert_eq(sh("cd %s/x && touch -m -d '2001-02-03 04:05:06' f && test $(stat -c %%Y f) = 981173106",
+			MNT), 0, "utimens");
+	cr_assert_eq(sh("cd %s/x && mv g f && test \"$(cat f)\" = two && test ! -e g && "
+			"test $(stat -c %%a f) = 644", MNT), 0, "rename over a name");
+	cr_assert_eq(sh("cd %s/x && rmdir y && test ! -e y && mkdir y && test -d y && "
+			"test $(stat -c %%h .) = 3", MNT), 0, "rmdir and mkdir again");
+	/* O_TRUNC through one handle while another reads */
+	cr_assert_eq(sh("cd %s/x && exec 4<f && echo three > f && test \"$(cat <&4)\" = three && exec 4<&-",
+			MNT), 0, "O_TRUNC rewrite not seen through an older read handle");
+	/* a listing after creates and removes in a directory it listed before */
+	cr_assert_eq(sh("cd %s/x && ls > /dev/null && touch n1 n2 && rm n1 && "
+			"test \"$(ls | tr '\\n' ' ')\" = 'f l n2 y '", MNT), 0, "listing");
+	sh_out(a, sizeof(a), "cd %s && find . -path ./.dkvfs -prune -o -printf '%%p %%s %%m %%U %%G %%T@ %%y\\n' | sort",
+	       MNT);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	sh_out(b, sizeof(b), "cd %s && find . -path ./.dkvfs -prune -o -printf '%%p %%s %%m %%U %%G %%T@ %%y\\n' | sort",
+	       MNT);
+	cr_assert_str_eq(a, b, "after a remount the tree differs");
+	cr_assert_eq(sh("test \"$(cat %s/x/f)\" = three", MNT), 0);
+	down();
+}
+
+/* A read-only handle gets no FLUSH at close (FOPEN_NOFLUSH); one opened
+ * with O_TRUNC is a change and keeps it: the truncation is committed when
+ * close() returns, so a kill -9 right after loses nothing.  Without that
+ * exception the commit waited for RELEASE, which the kernel sends after
+ * close() has returned. */
+Test(cache, read_only_open_with_o_trunc_commits_at_close)
+{
+	cr_assert_eq(up(NULL), 0);
+	for (int round = 0; round < 6; round++) {
+		cr_assert_eq(sh("head -c 100000 /dev/urandom > %s/f%d", MNT, round), 0);
+		pid_t pid = daemon_pid();
+		cr_assert_gt(pid, 0);
+		/* open O_RDONLY|O_TRUNC, close, and kill the daemon at once */
+		cr_assert_eq(sh("python3 -c 'import os,signal; fd=os.open(\"%s/f%d\", os.O_RDONLY|os.O_TRUNC); "
+				"os.close(fd); os.kill(%d, signal.SIGKILL)'", MNT, round, (int)pid), 0);
+		sh("fusermount3 -u -z %s", MNT);
+		cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
+		cr_assert_eq(up(NULL), 0, "remount after kill -9 failed");
+		char sz[32];
+		sh_out(sz, sizeof(sz), "stat -c %%s %s/f%d", MNT, round);
+		cr_assert_str_eq(sz, "0", "round %d: O_TRUNC committed at close() came back with %s bytes",
+				 round, sz);
+	}
+	/* plain read-only opens: reads and atime stamps still work */
+	cr_assert_eq(sh("echo data > %s/r && touch -a -d '2001-02-03 04:05:06' %s/r && cat %s/r > /dev/null",
+			MNT, MNT, MNT), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	char at[32];
+	sh_out(at, sizeof(at), "stat -c %%X %s/r", MNT);
+	cr_assert_gt(atol(at), 981173106L + 86400L, "a read through a no-flush handle lost its atime: %s", at);
+	down();
+}
