@@ -9,7 +9,9 @@
 # 3. engine over tcp, near-data vs compute-side compaction: fillrandom,
 #    readrandom, readseq at NUM_TCP keys (default 1000000), so net_bytes and
 #    compaction_net_bytes show what crosses the network
-# 4. filesystem: scripts/bench-fs.sh (SKIP_FS=1 leaves it out)
+# 4. filesystem: scripts/bench-fs.sh, then scripts/bench-requests.sh (FUSE
+#    requests per file) and scripts/bench-names.sh (the daemon's memory per
+#    name); SKIP_FS=1 leaves all three out
 #
 # Each part's stdout goes to OUTDIR/<part>.out, stderr to OUTDIR/<part>.err;
 # every RESULT/RATIO line is also collected in OUTDIR/results.txt, headed by
@@ -46,6 +48,10 @@ for c in memnode compute; do
 		--num="$NUM_TCP" --memnode_size=8G --op_timeout_ms="$OP_TIMEOUT" \
 		--benchmarks=fillrandom,readrandom,readseq
 done
-[ "${SKIP_FS:-0}" = 1 ] || part fs "$here/bench-fs.sh"
+if [ "${SKIP_FS:-0}" != 1 ]; then
+	part fs "$here/bench-fs.sh"
+	part requests "$here/bench-requests.sh"
+	part names "$here/bench-names.sh"
+fi
 echo "## all results in $OUT/results.txt" >&2
 exit $rc

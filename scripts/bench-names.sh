@@ -32,31 +32,9 @@ FILE_BYTES=${FILE_BYTES:-4096}
 ROUNDS=${ROUNDS:-3}
 STEP_LIMIT=${STEP_LIMIT:-300}
 DKVFS=$BUILD/dkvfs
-[ -x "$DKVFS" ] || { echo "bench-names: $DKVFS not built (make)" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || { echo "bench-names: run as root (it drops the kernel's caches)" >&2; exit 1; }
-DKVFS=$(readlink -f "$DKVFS")
-BASE=$(mktemp -d /dev/shm/dkvfs-bench-names.XXXXXX)
-MNT=$(mktemp -d /tmp/dkvfs-bench-names-mnt.XXXXXX)
-DPID=
-
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if mountpoint -q "$MNT" 2>/dev/null; then
-		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT" 2>/dev/null
-	fi
-	if [ -n "$DPID" ]; then
-		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$DPID" 2>/dev/null
-	fi
-	rmdir "$MNT" 2>/dev/null
-	rm -rf "$BASE"
-	exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-die() { echo "bench-names: $*" >&2; exit 1; }
-tmo() { timeout -k 5 "$STEP_LIMIT" "$@"; }
+BENCH=bench-names
+. "$(dirname "$0")/bench-lib.sh"
+bl_setup bench-names
 kib() { awk -v k="$1" '$1 == k ":" { print $2 }' "/proc/$DPID/status"; }
 forget_all() { sync; echo 3 >/proc/sys/vm/drop_caches; sleep 2; }
 
@@ -73,23 +51,12 @@ for ((d = 0; d < NDIRS; d++)); do
 done
 names=$(find "$BASE/src" -mindepth 1 | wc -l)
 
-mount_it() {
-	"$DKVFS" -f -o "data_dir=$BASE/data" "$MNT" 2>>"$BASE/dkvfs.log" &
-	DPID=$!
-	for _ in $(seq 200); do
-		mountpoint -q "$MNT" && break
-		kill -0 "$DPID" 2>/dev/null || break
-		sleep 0.1
-	done
-	mountpoint -q "$MNT" || { cat "$BASE/dkvfs.log" >&2; die "dkvfs did not mount"; }
-}
+mount_it() { bl_mount "$BASE/dkvfs.log" -o "data_dir=$BASE/data"; }
 mount_it
 tmo cp -r "$BASE/src" "$MNT/t" || die "cp into the mount failed"
 # Walk a volume as it is after any restart: its data in tables on the node,
 # not in the memtable of the daemon that wrote it.
-fusermount3 -u "$MNT" || die "unmount failed"
-for _ in $(seq 300); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$DPID" 2>/dev/null && die "the daemon did not exit after the unmount"
+bl_unmount
 mount_it
 
 forget_all
