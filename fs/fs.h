@@ -15,7 +15,8 @@
  *     left unlinked-while-open (H keys).
  *
  * Life cycle: fs_opts_init -> fs_create(kv) -> fuse_new(fs_fuse_ops(), ...,
- * private_data = the fs) -> loop -> fs_destroy -> fs_kv_destroy.
+ * private_data = the fs) -> loop -> fs_loop_ended -> fuse_unmount,
+ * fuse_destroy -> fs_destroy -> fs_kv_destroy.
  *
  * Threads: every fs_* call below is thread safe; FUSE may call the
  * operations from any number of threads.
@@ -76,6 +77,11 @@ int fs_destroy(struct fs_ctx *fs);
 
 /* The FUSE high-level operations; fuse_new's private_data must be the fs. */
 const struct fuse_operations *fs_fuse_ops(void);
+/* Once the FUSE loop has returned, before fuse_unmount: stops the thread that
+ * sends the kernel invalidations (fs_alias.c), which must not touch the
+ * session while fuse_unmount closes its fd and fuse_destroy frees it (libfuse
+ * calls the destroy op only after both). */
+void fs_loop_ended(struct fs_ctx *fs);
 
 /* The text of MOUNTPOINT/.dkvfs/stats: "key: value" lines (engine counters
  * then fs counters).  Returns the length (< cap, NUL-terminated). */

@@ -58,6 +58,7 @@
 #define ALIAS_BUCKETS 4096
 #define ALIAS_QUEUE   1024
 #define ALIAS_WAIT_MS 200
+#define ALIAS_QUIESCE_MS 1000 /* fs_alias_quiesce's wait for the thread */
 #define UNCACHE_DELAY_MS 2  /* after an answer, before its invalidation */
 #define UNCACHE_RETRY_MS 20 /* once more, if the kernel had no inode yet */
 
@@ -85,8 +86,19 @@ struct fs_alias {
 	size_t uqn;              /* mu */
 	uint64_t queued, done;   /* mu */
 	bool stop, q_warned, uq_warned; /* mu */
+	bool exited;             /* mu: the thread is past its last call */
 	pthread_t thr;
 };
+
+/* Told to stop: no more calls into the session (the alias thread checks
+ * before each one). */
+static bool stopping(struct fs_alias *a)
+{
+	pthread_mutex_lock(&a->mu);
+	bool s = a->stop;
+	pthread_mutex_unlock(&a->mu);
+	return s;
+}
 
 static unsigned bucket(const char *p, size_t len)
 {
@@ -270,7 +282,7 @@ static void invalidate(struct fs_alias *a, uint64_t ino)
 out:
 	pthread_mutex_unlock(&a->mu);
 	for (size_t i = 0; i < n; i++) {
-		if (fuse_invalidate_path(a->fuse, paths[i]) == -ENOENT) {
+		if (!stopping(a) && fuse_invalidate_path(a->fuse, paths[i]) == -ENOENT) {
 			/* the kernel forgot that name: nothing to keep fresh */
 			pthread_mutex_lock(&a->mu);
 			struct alias **pp = find(a, paths[i], strlen(paths[i]));
@@ -297,7 +309,7 @@ static void uncache(struct fs_alias *a, char **paths, size_t n)
 
 	nanosleep(&first, NULL);
 	for (size_t i = 0; i < n; i++) {
-		if (fuse_invalidate_path(a->fuse, paths[i]) == -ENOENT)
+		if (!stopping(a) && fuse_invalidate_path(a->fuse, paths[i]) == -ENOENT)
 			paths[retry++] = paths[i];
 		else
 			free(paths[i]);
@@ -305,7 +317,8 @@ static void uncache(struct fs_alias *a, char **paths, size_t n)
 	if (retry)
 		nanosleep(&again, NULL);
 	for (size_t i = 0; i < retry; i++) {
-		fuse_invalidate_path(a->fuse, paths[i]);
+		if (!stopping(a))
+			fuse_invalidate_path(a->fuse, paths[i]);
 		free(paths[i]);
 	}
 }
@@ -337,6 +350,8 @@ static void *alias_main(void *arg)
 		a->done = upto;
 		pthread_cond_broadcast(&a->done_cv);
 	}
+	a->exited = true;
+	pthread_cond_broadcast(&a->done_cv);
 	pthread_mutex_unlock(&a->mu);
 	return NULL;
 }
@@ -455,17 +470,37 @@ int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse)
 	return 0;
 }
 
-void fs_alias_stop(struct fs_ctx *fs)
+/* Tell the thread to stop and wait for it: for ever (wait_ms < 0), or at
+ * most wait_ms, after which it is left running (still inside a kernel call)
+ * and false returned; the next call joins it. */
+static bool alias_end(struct fs_ctx *fs, int wait_ms)
 {
 	struct fs_alias *a = fs->alias;
 
 	if (!a)
-		return;
+		return true;
 	pthread_mutex_lock(&a->mu);
 	a->stop = true;
 	pthread_cond_signal(&a->cv);
 	pthread_cond_broadcast(&a->done_cv);
+	if (wait_ms >= 0) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += wait_ms / 1000;
+		until.tv_nsec += (wait_ms % 1000) * 1000000L;
+		until.tv_sec += until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		while (!a->exited)
+			if (pthread_cond_timedwait(&a->done_cv, &a->mu, &until) == ETIMEDOUT)
+				break;
+	}
+	bool exited = a->exited || wait_ms < 0;
 	pthread_mutex_unlock(&a->mu);
+	if (!exited) {
+		dkv_warn("the kernel-invalidation thread is still inside a call to the kernel "
+			 "(a page lock): it is stopped after the unmount");
+		return false;
+	}
 	pthread_join(a->thr, NULL);
 	fs->alias = NULL;
 	for (size_t i = 0; i < a->uqn; i++)
@@ -477,4 +512,15 @@ void fs_alias_stop(struct fs_ctx *fs)
 	pthread_cond_destroy(&a->cv);
 	pthread_cond_destroy(&a->done_cv);
 	free(a);
+	return true;
+}
+
+void fs_alias_stop(struct fs_ctx *fs)
+{
+	alias_end(fs, -1);
+}
+
+void fs_alias_quiesce(struct fs_ctx *fs)
+{
+	alias_end(fs, ALIAS_QUIESCE_MS);
 }

@@ -73,8 +73,11 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	return fs;
 }
 
-/* Before libfuse's session goes (fuse_destroy): the hard-link thread
- * notifies the kernel through it. */
+/* libfuse calls this from fuse_destroy, after fuse_unmount closed the
+ * session's fd and after it freed its node table: too late for the thread
+ * that notifies the kernel through them, which fs_loop_ended (mount/) has
+ * told to stop.  Here it is joined, if it was still inside a kernel call
+ * then (the unmount has released what it waited for). */
 static void op_destroy(void *data)
 {
 	fs_alias_stop(data);
@@ -803,6 +806,11 @@ static const struct fuse_operations fs_ops = {
 	.fallocate = fs_op_fallocate,
 	.lseek = fs_op_lseek,
 };
+
+void fs_loop_ended(struct fs_ctx *fs)
+{
+	fs_alias_quiesce(fs);
+}
 
 const struct fuse_operations *fs_fuse_ops(void)
 {

@@ -116,5 +116,10 @@ void fs_alias_uncache(struct fs_ctx *fs, const char *path);
 void fs_alias_settle(struct fs_ctx *fs);
 int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse);
 void fs_alias_stop(struct fs_ctx *fs);
+/* Stop the thread before the session goes (fs_loop_ended): it makes no new
+ * call into the session; waits for it at most 1 s, as one call may wait
+ * for a page lock that only the unmount releases (a READ in flight when a
+ * signal ended the loop); fs_alias_stop joins it then. */
+void fs_alias_quiesce(struct fs_ctx *fs);
 
 #endif

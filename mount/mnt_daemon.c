@@ -713,6 +713,7 @@ int mnt_main(int argc, char **argv)
 	}
 	if (rc > 0)
 		rc = 0; /* a signal ended the loop: a clean stop */
+	fs_loop_ended(m->fs);
 	fuse_remove_signal_handlers(fuse_get_session(m->fuse));
 out_unmount:
 	fuse_unmount(m->fuse);

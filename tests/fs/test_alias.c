@@ -310,3 +310,34 @@ Test(alias, uncached_names_are_dropped_after_each_answer, .timeout = 30)
 	cr_assert_eq(count_calls("/u1025"), 0, "the name past the bound is not");
 	stop(fs);
 }
+
+/* fs_alias_quiesce (once the FUSE loop has returned, before the unmount):
+ * at once when the thread is idle; at most 1 s when it is stuck inside a
+ * kernel call, then one warning; and no call into the session after it. */
+Test(alias, quiesce_makes_no_more_calls_and_waits_at_most_1_s, .timeout = 30)
+{
+	struct fs_ctx *fs = start();
+
+	double t0 = now_ms();
+	fs_alias_quiesce(fs);
+	cr_assert_leq(now_ms() - t0, 100, "an idle thread took %.1f ms to stop", now_ms() - t0);
+	cr_assert_null(fs->alias, "an idle thread was not joined");
+	cr_assert_eq(fs_alias_start(fs, NULL), 0);
+
+	fs_alias_note(fs, 7, "/a");
+	fs_alias_note(fs, 7, "/b");
+	set_hold(true);
+	fs_alias_changed(fs, 7, false);
+	wait_entered(1); /* inside its call for the first of the two names */
+	t0 = now_ms();
+	fs_alias_quiesce(fs);
+	double waited = now_ms() - t0;
+	cr_assert(waited >= 900 && waited <= 3000, "quiesce waited %.1f ms", waited);
+	cr_assert_not_null(fs->alias, "a thread inside a call was freed under it");
+	cr_assert_eq(log_lines("still inside a call to the kernel"), 1);
+	set_hold(false); /* the unmount released the page lock */
+	fs_alias_stop(fs);
+	cr_assert_eq(count_calls("/a") + count_calls("/b"), 1,
+		     "a call into the session after it was told to stop");
+	stop(fs);
+}
