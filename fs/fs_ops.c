@@ -543,11 +543,10 @@ static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file
 	fh->ino = ino;
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 1;
-	/* a handle that cannot write has nothing for close() to commit: no
-	 * FLUSH round trip (its atime stamp goes with RELEASE, just after).
-	 * O_TRUNC is a change even read-only (atomic_o_trunc): it keeps it. */
-	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
-		fi->noflush = 1;
+	/* No FOPEN_NOFLUSH for read-only handles: a read stamps atime, and
+	 * without the FLUSH that stamp was committed by RELEASE, after close()
+	 * returned, racing the caller's next link, unlink or rename of the file
+	 * (docs/fs.md, Cache choices). */
 	return 0;
 }
 
