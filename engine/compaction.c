@@ -696,7 +696,7 @@ static void *comp_main(void *arg)
 			 * full node: an automatic merge started now would hold
 			 * the space the flush needs (and on a full node fail) */
 			struct timespec ts;
-			eng_deadline_in(&ts, COMP_RETRY_MS);
+			dkv_deadline_in(&ts, COMP_RETRY_MS);
 			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 			continue;
 		}
@@ -707,7 +707,7 @@ static void *comp_main(void *arg)
 			 * (a flush of a delete-holding memtable, then a
 			 * deletion-triggered pick), so space comes back with
 			 * no further writes. */
-			eng_deadline_in(&ts, TIDY_MS);
+			dkv_deadline_in(&ts, TIDY_MS);
 			if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && !c->stop) {
 				pthread_mutex_unlock(&c->mu);
 				eng_flush_deletes(db);
@@ -771,7 +771,7 @@ static void *comp_main(void *arg)
 			eng_flush_deletes(db);
 			eng_blob_tick(db);
 			pthread_mutex_lock(&c->mu);
-			eng_deadline_in(&ts, COMP_RETRY_MS);
+			dkv_deadline_in(&ts, COMP_RETRY_MS);
 			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 			c->work = true;
 		}
@@ -892,7 +892,7 @@ int eng_compaction_pace(struct eng_db *db)
 
 		c->work = true;
 		pthread_cond_signal(&c->cv);
-		eng_deadline_in(&ts, PACE_WAIT_MS);
+		dkv_deadline_in(&ts, PACE_WAIT_MS);
 		pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
 		pthread_mutex_unlock(&c->mu);
 		n = l0_tables(db);

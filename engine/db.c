@@ -69,17 +69,6 @@ int eng_cond_init(pthread_cond_t *cv)
 	return r;
 }
 
-void eng_deadline_in(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 void eng_fault_arm(struct eng_db *db, enum eng_fault p, long n)
 {
 	atomic_store(&db->faults[p], n > 0 ? n : 0);
@@ -202,7 +191,7 @@ static void stall_wait(struct eng_db *db, uint64_t *stall_start)
 		*stall_start = eng_now_us();
 		atomic_fetch_add(&db->st_stalls, 1);
 	}
-	eng_deadline_in(&ts, 100);
+	dkv_deadline_in(&ts, 100);
 	pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 }
 
@@ -766,7 +755,7 @@ int eng_flush(eng_db *db)
 		r = flush_error(db, &retry, true, t0);
 		if (r)
 			break;
-		eng_deadline_in(&ts, 100);
+		dkv_deadline_in(&ts, 100);
 		pthread_cond_timedwait(&db->done_cv, &db->mu, &ts);
 	}
 	pthread_mutex_unlock(&db->mu);

@@ -32,15 +32,14 @@
 #include "common/iter.h"
 #include "common/sst.h"
 #include "engine/eng.h"
+#include "common/deadline.h"
 #include "memnode/mn_client.h"
 
 struct timespec;
-/* CLOCK_MONOTONIC in microseconds; an absolute CLOCK_MONOTONIC deadline ms
- * from now for pthread_cond_timedwait on a condition variable made by
- * eng_cond_init (engine/db.c): a wall-clock step never stretches or cuts a
- * wait. */
+/* CLOCK_MONOTONIC in microseconds.  Condition variables made by
+ * eng_cond_init (engine/db.c) wait on CLOCK_MONOTONIC: deadlines for them
+ * come from dkv_deadline_in (common/deadline.h). */
 uint64_t eng_now_us(void);
-void eng_deadline_in(struct timespec *ts, int ms);
 int eng_cond_init(pthread_cond_t *cv);
 
 /* Fault-injection seam (tests): eng_fault_arm(db, p, n) makes the nth

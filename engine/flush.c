@@ -551,7 +551,7 @@ void *eng_flush_main(void *arg)
 		if (r) {
 			struct timespec ts;
 
-			eng_deadline_in(&ts, FLUSH_RETRY_MS);
+			dkv_deadline_in(&ts, FLUSH_RETRY_MS);
 			db->bg_error = r;
 			db->flush_attempts++;
 			pthread_cond_broadcast(&db->done_cv);

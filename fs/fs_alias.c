@@ -50,6 +50,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/deadline.h"
 #include "common/log.h"
 #include "fs/fs_int.h"
 #include "fs/fs_ops_int.h"
@@ -362,10 +363,7 @@ static void wait_done(struct fs_alias *a, uint64_t ticket)
 {
 	struct timespec until;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_nsec += ALIAS_WAIT_MS * 1000000L;
-	until.tv_sec += until.tv_nsec / 1000000000L;
-	until.tv_nsec %= 1000000000L;
+	dkv_deadline_in(&until, ALIAS_WAIT_MS);
 	while (a->done < ticket && !a->stop)
 		if (pthread_cond_timedwait(&a->done_cv, &a->mu, &until) == ETIMEDOUT)
 			break; /* the thread waits for a page lock: do not hold a worker */
@@ -485,11 +483,7 @@ static bool alias_end(struct fs_ctx *fs, int wait_ms)
 	pthread_cond_broadcast(&a->done_cv);
 	if (wait_ms >= 0) {
 		struct timespec until;
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += wait_ms / 1000;
-		until.tv_nsec += (wait_ms % 1000) * 1000000L;
-		until.tv_sec += until.tv_nsec / 1000000000L;
-		until.tv_nsec %= 1000000000L;
+		dkv_deadline_in(&until, wait_ms);
 		while (!a->exited)
 			if (pthread_cond_timedwait(&a->done_cv, &a->mu, &until) == ETIMEDOUT)
 				break;

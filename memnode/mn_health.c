@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/deadline.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "memnode/mn_health.h"
@@ -75,10 +76,7 @@ static void *probe_main(void *arg)
 			}
 		}
 		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += (long)MN_PROBE_MS * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
+		dkv_deadline_in(&ts, MN_PROBE_MS);
 		if (!h->stop)
 			pthread_cond_timedwait(&h->cond, &h->mu, &ts);
 	}

@@ -41,6 +41,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/deadline.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -198,17 +199,6 @@ static uint8_t *chan_recv_buf(struct rpc_chan *ch, uint32_t i)
 	       (size_t)i * RPC_RECV_BUF;
 }
 
-static void abs_deadline(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 static void cond_init_mono(pthread_cond_t *cv)
 {
 	pthread_condattr_t a;
@@ -224,7 +214,7 @@ static int ent_get(struct rpc_chan *ch, uint32_t lo, uint32_t hi, uint32_t *idx)
 {
 	struct timespec dl;
 
-	abs_deadline(&dl, ch->timeout_ms);
+	dkv_deadline_in(&dl, ch->timeout_ms);
 	for (;;) {
 		if (atomic_load(&ch->dead))
 			return -EIO;
@@ -299,7 +289,7 @@ static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout
 	if (reaping)
 		net_conn_reaping(ch->conn, false);
 
-	abs_deadline(&dl, timeout_ms > 0 ? timeout_ms : ch->timeout_ms);
+	dkv_deadline_in(&dl, timeout_ms > 0 ? timeout_ms : ch->timeout_ms);
 	pthread_mutex_lock(&ch->lock);
 	/* gen only changes in ent_get on a FREE entry, and only we free it. */
 	if (e->gen != gen || atomic_load(&e->state) == ENT_FREE) {
