@@ -114,7 +114,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 now() { date +%s.%N; }
-tmo() { timeout -k 5 "$STEP_LIMIT" "$@"; }
+BENCH=bench-fs
+. "$HERE/bench-lib.sh" # die, tmo, bl_mount (this script keeps its own setup and cleanup, above)
 # Dropping caches also evicts ls, find, cat and their libraries: load them
 # again on something else so the timed command does not read them from disk.
 drop_caches() {
@@ -163,19 +164,11 @@ cold_ms() {
 }
 rate() { awk -v c="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.1f", c / (b - a) }'; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) * 1000 }'; }
-die() { echo "bench-fs: $*" >&2; exit 1; }
 
 # mount: start the daemon in the foreground (so we hold its pid) and wait
 # until the mount is there.
 opts="data_dir=$DATA${DKVFS_OPTS:+,$DKVFS_OPTS}"
-"$DKVFS" -f -o "$opts" "$MNT" 2>"$BASE/dkvfs.log" &
-DPID=$!
-for _ in $(seq 200); do
-	mountpoint -q "$MNT" && break
-	kill -0 "$DPID" 2>/dev/null || break
-	sleep 0.1
-done
-mountpoint -q "$MNT" || { cat "$BASE/dkvfs.log" >&2; die "dkvfs did not mount (opts $opts)"; }
+bl_mount "$BASE/dkvfs.log" -o "$opts"
 echo "# dkvfs mounted on $MNT (pid $DPID, -o $opts); tmpfs side $TMP" >&2
 # passthrough: libfuse's example, built here, mounted over a tmpfs directory
 # (its default options: caches as libfuse sets them, one thread per request),

@@ -1,5 +1,6 @@
 # scripts/bench-lib.sh — what the benchmarks that mount dkvfs by themselves
-# share (sourced by bench-names.sh and bench-requests.sh):
+# share (sourced by bench-names.sh and bench-requests.sh; bench-fs.sh uses
+# bl_mount, die and tmo only, with its own setup and cleanup):
 #
 #   bl_setup NAME    checks $DKVFS and root, makes BASE (in /dev/shm) and
 #                    MNT, and traps EXIT/INT/TERM to unmount, stop the

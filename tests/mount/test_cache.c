@@ -120,3 +120,21 @@ Test(cache, read_only_open_with_o_trunc_commits_at_close)
 	cr_assert_gt(atol(at), 981173106L + 86400L, "a read lost its atime stamp: %s", at);
 	down();
 }
+
+/* The default caches live past a second (an hour): a stat 1.5 s after the
+ * last one is answered by the kernel, not the daemon (fs_lookups counts
+ * every getattr and lookup the daemon serves).  With 1 s, as before, it
+ * asked again. */
+Test(cache, names_and_attributes_are_kept_past_a_second)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("mkdir -p %s/k/l && echo x > %s/k/l/f && stat %s/k/l/f > /dev/null", MNT, MNT, MNT),
+		     0);
+	long long before = mt_stat("fs_lookups");
+	usleep(1500 * 1000);
+	cr_assert_eq(sh("stat %s/k/l/f > /dev/null && ls -l %s/k/l/f > /dev/null", MNT, MNT), 0);
+	long long after = mt_stat("fs_lookups");
+	cr_assert_eq(after, before, "the daemon served %lld lookups for names the kernel saw 1.5 s before",
+		     after - before);
+	down();
+}
