@@ -138,3 +138,21 @@ Test(cache, names_and_attributes_are_kept_past_a_second)
 		     after - before);
 	down();
 }
+
+/* Every listing carries attributes (readdirplus always): after `ls` of a
+ * directory of 300 files, a stat of each is served by the kernel.  In the
+ * kernel's adaptive mode only the first 4 KiB of the listing came with
+ * attributes, and the rest were looked up one by one. */
+Test(cache, a_listing_gives_the_kernel_every_name)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("mkdir %s/w && cd %s/w && seq -f f%%04g 300 | xargs touch", MNT, MNT), 0);
+	down(); /* a fresh mount: the kernel knows none of the names */
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("ls %s/w > /dev/null", MNT), 0);
+	long long before = mt_stat("fs_lookups");
+	cr_assert_eq(sh("cd %s/w && seq -f f%%04g 300 | xargs stat > /dev/null", MNT), 0);
+	long long after = mt_stat("fs_lookups");
+	cr_assert_eq(after, before, "%lld of 300 listed names were looked up again", after - before);
+	down();
+}
