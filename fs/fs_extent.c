@@ -133,15 +133,15 @@ int fs_cext_copy(struct fs_cext *dst, const struct fs_cext *src)
 int fs_cext_read(struct fs_ctx *fs, const struct fs_cext *c, uint8_t *buf)
 {
 	uint32_t at = 0;
-	memset(buf, 0, FS_CHUNK_SIZE);
-	if (fs_cext_unwritten(c))
-		return 0; /* reserved by fallocate, never written: zeros */
-	for (uint32_t i = 0; i < c->n; i++) {
-		int rc = fs_kv_ext_get(fs->kv, &c->p[i], buf + at);
-		if (rc)
-			return rc;
-		at += c->p[i].len;
+	if (!fs_cext_unwritten(c)) { /* unwritten: reserved by fallocate, reads as zeros */
+		for (uint32_t i = 0; i < c->n; i++) {
+			int rc = fs_kv_ext_get(fs->kv, &c->p[i], buf + at);
+			if (rc)
+				return rc;
+			at += c->p[i].len;
+		}
 	}
+	memset(buf + at, 0, FS_CHUNK_SIZE - at); /* what is not stored reads as zeros */
 	return 0;
 }
 

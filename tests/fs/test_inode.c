@@ -118,6 +118,11 @@ Test(inode, model_random_ops, .timeout = 60)
 		} else if (what < 85) { /* read and compare */
 			size_t off = (size_t)rand() % (size + 10);
 			size_t len = (size_t)rand() % 300000;
+			if (rand() % 2) { /* whole aligned chunks, as the kernel reads */
+				off = (size_t)rand() % (size / FS_CHUNK_SIZE + 2) * FS_CHUNK_SIZE;
+				len = (1 + (size_t)rand() % 3) * FS_CHUNK_SIZE;
+				memset(buf, 0xa5, len); /* what a reused reply buffer holds */
+			}
 			int n = fs_inode_read(fs, ino, (char *)buf, len, off);
 			size_t want = off >= size ? 0 : (size - off < len ? size - off : len);
 			cr_assert_eq(n, (int)want, "op %d read %zu@%zu", op, len, off);
