@@ -10,8 +10,9 @@
 #    readrandom, readseq at NUM_TCP keys (default 1000000), so net_bytes and
 #    compaction_net_bytes show what crosses the network
 # 4. filesystem: scripts/bench-fs.sh, then scripts/bench-requests.sh (FUSE
-#    requests per file) and scripts/bench-names.sh (the daemon's memory per
-#    name); SKIP_FS=1 leaves all three out
+#    requests per file), scripts/bench-names.sh (the daemon's memory per
+#    name) and scripts/bench-fuse-api.sh (libfuse's high-level API against
+#    its low-level one); SKIP_FS=1 leaves all four out
 #
 # Each part's stdout goes to OUTDIR/<part>.out, stderr to OUTDIR/<part>.err;
 # every RESULT/RATIO line is also collected in OUTDIR/results.txt, headed by
@@ -52,6 +53,7 @@ if [ "${SKIP_FS:-0}" != 1 ]; then
 	part fs "$here/bench-fs.sh"
 	part requests "$here/bench-requests.sh"
 	part names "$here/bench-names.sh"
+	part fuse-api "$here/bench-fuse-api.sh"
 fi
 echo "## all results in $OUT/results.txt" >&2
 exit $rc

@@ -37,6 +37,7 @@ if [ "${SKIP_FS:-0}" != 1 ]; then
 		expect fs 20 "$here/bench-fs.sh"
 	[ -s /tmp/dkvfs-bench-smoke-$$.svg ] || fails+=("fs chart (no /tmp/dkvfs-bench-smoke-$$.svg)")
 	rm -f /tmp/dkvfs-bench-smoke-$$.svg
+	N=200 ROUNDS=1 STEP_LIMIT=60 expect fuse-api 4 "$here/bench-fuse-api.sh"
 fi
 
 if [ ${#fails[@]} -eq 0 ]; then
