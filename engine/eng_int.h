@@ -29,10 +29,10 @@
 #include <stdint.h>
 
 #include "common/ikey.h"
+#include "common/deadline.h"
 #include "common/iter.h"
 #include "common/sst.h"
 #include "engine/eng.h"
-#include "common/deadline.h"
 #include "memnode/mn_client.h"
 
 struct timespec;

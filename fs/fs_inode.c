@@ -631,18 +631,19 @@ int fs_inode_read(struct fs_ctx *fs, struct fs_inode *ino, char *buf, size_t siz
 		if (len > n - done)
 			len = n - done;
 		struct fs_chunk *c = fs_inode_chunk_find(ino, idx);
-		if ((!c || !c->buf) && len == CH && (!ino->clean.buf || ino->clean.idx != idx)) {
-			/* a whole chunk (the kernel's reads are whole aligned chunks):
-			 * straight into the caller's buffer, not through the clean
-			 * cache, so it is copied once on its way to the kernel */
-			int rc = chunk_fill(fs, ino, idx, (uint8_t *)buf + done);
-			if (rc)
-				return done ? (int)done : rc;
-			done += len;
-			continue;
-		}
-		if (!c || !c->buf) {
-			if (!ino->clean.buf || ino->clean.idx != idx) {
+		if (!c || !c->buf) { /* not dirty: the clean cache, or loaded */
+			bool cached = ino->clean.buf && ino->clean.idx == idx;
+			if (!cached && len == CH) {
+				/* a whole chunk (the kernel reads whole aligned chunks):
+				 * straight into the caller's buffer, not through the
+				 * clean cache, so it is copied once less */
+				int rc = chunk_fill(fs, ino, idx, (uint8_t *)buf + done);
+				if (rc)
+					return done ? (int)done : rc;
+				done += len;
+				continue;
+			}
+			if (!cached) {
 				uint8_t *b = ino->clean.buf ? ino->clean.buf : malloc(CH);
 				if (!b)
 					return done ? (int)done : -ENOMEM;

@@ -171,16 +171,11 @@ ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) * 1000 }'; }
 opts="data_dir=$DATA${DKVFS_OPTS:+,$DKVFS_OPTS}"
 bl_mount "$BASE/dkvfs.log" -o "$opts"
 echo "# dkvfs mounted on $MNT (pid $DPID, -o $opts); tmpfs side $TMP" >&2
-# passthrough: libfuse's example, built here, mounted over a tmpfs directory
-# (its default options: caches as libfuse sets them, one thread per request),
-# with the HAVE_ features libfuse's own build turns on for Linux (without
-# HAVE_UTIMENSAT, touch, tar x and rsync -a fail to set times on it)
-SIDES=("$MNT" "$PT" "$TMP")
-EX=/usr/share/doc/libfuse3-dev/examples
-if [ "$PASSTHROUGH" = 1 ] && [ -f "$EX/passthrough.c" ] &&
-	cc -O2 -Wall -I"$EX" -DHAVE_UTIMENSAT -DHAVE_POSIX_FALLOCATE -DHAVE_SETXATTR \
-		-DHAVE_COPY_FILE_RANGE "$EX/passthrough.c" -o "$BASE/passthrough" \
-		$(pkg-config fuse3 --cflags --libs) 2>"$BASE/pt-build.log" &&
+# passthrough: libfuse's example, built here (bl_build_example), mounted over
+# a tmpfs directory (its default options: caches as libfuse sets them, one
+# thread per request)
+if [ "$PASSTHROUGH" = 1 ] && [ -f "$BL_EX/passthrough.c" ] &&
+	bl_build_example passthrough "$BASE/passthrough" 2>"$BASE/pt-build.log" &&
 	(cd "$BASE/ptback" && "$BASE/passthrough" "$PT") && mountpoint -q "$PT"; then
 	echo "# passthrough of $BASE/ptback mounted on $PT" >&2
 	PTROOT=$PT$BASE/ptback   # passthrough shows the whole root: work in ptback
@@ -224,7 +219,7 @@ result fs_cp_big mb_per_sec "${r[@]}"; r=()
 # that way and 1.0 s after 4 GiB had been written and freed first.  dkvfs
 # reads first, so it alone paid that.  Touch and free that much memory first,
 # so every side reads into pages the machine has used before.
-dd if=/dev/zero of="$BASE/warm" bs=1M count=$((2 * BIG_MB)) status=none && rm -f "$BASE/warm"
+dd if=/dev/zero of="$BASE/warm" bs=1M count=$((2 * BIG_MB)) status=none; rm -f "$BASE/warm"
 for side in "${SIDES[@]}"; do
 	[ "$side" = NA ] && { r+=(NA); continue; }
 	drop_caches

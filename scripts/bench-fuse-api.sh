@@ -27,12 +27,11 @@ set -uo pipefail
 N=${N:-10000}
 ROUNDS=${ROUNDS:-2}
 STEP_LIMIT=${STEP_LIMIT:-300}
-EX=/usr/share/doc/libfuse3-dev/examples
 BENCH=bench-fuse-api
-die() { echo "$BENCH: $*" >&2; exit 1; }
+. "$(dirname "$0")/bench-lib.sh" # die, tmo, bl_build_example
 [ "$(id -u)" = 0 ] || die "run as root (it drops the kernel's caches)"
-if [ ! -f "$EX/passthrough.c" ] || [ ! -f "$EX/passthrough_ll.c" ]; then
-	die "libfuse's examples are not in $EX (apt-get install libfuse3-dev)"
+if [ ! -f "$BL_EX/passthrough.c" ] || [ ! -f "$BL_EX/passthrough_ll.c" ]; then
+	die "libfuse's examples are not in $BL_EX (apt-get install libfuse3-dev)"
 fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 [ "$(ulimit -n)" -gt $((N + 1000)) ] || die "N=$N needs more open files than $(ulimit -n) (passthrough_ll keeps one per inode)"
@@ -52,13 +51,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mkdir -p "$BASE/hlback" "$BASE/llback" "$BASE/src"
-flags="-O2 -Wall -I$EX $(pkg-config fuse3 --cflags)"
-libs=$(pkg-config fuse3 --libs)
-# shellcheck disable=SC2086
-cc $flags -DHAVE_UTIMENSAT -DHAVE_POSIX_FALLOCATE -DHAVE_SETXATTR "$EX/passthrough.c" \
-	-o "$BASE/passthrough" $libs || die "cannot build passthrough"
-# shellcheck disable=SC2086
-cc $flags "$EX/passthrough_ll.c" -o "$BASE/passthrough_ll" $libs || die "cannot build passthrough_ll"
+bl_build_example passthrough "$BASE/passthrough" || die "cannot build passthrough"
+bl_build_example passthrough_ll "$BASE/passthrough_ll" || die "cannot build passthrough_ll"
 (cd "$BASE/hlback" && "$BASE/passthrough" "$HL") || die "passthrough did not mount"
 "$BASE/passthrough_ll" -o "source=$BASE/llback,timeout=0,cache=auto" "$LL" || die "passthrough_ll did not mount"
 HLPID=$(pgrep -f "^$BASE/passthrough $HL") || die "no passthrough process"
@@ -86,7 +80,7 @@ one() {
 	cold
 	c0=$(cpu_ms "$pid")
 	t0=$(date +%s%N)
-	timeout -k 5 "$STEP_LIMIT" "$@" >/dev/null || die "failed: $*"
+	tmo "$@" >/dev/null || die "failed: $*"
 	t1=$(date +%s%N)
 	echo "$(( (t1 - t0) / 1000000 )) $(( $(cpu_ms "$pid") - c0 ))"
 }

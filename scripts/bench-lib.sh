@@ -10,7 +10,14 @@
 #                    waits until the mount is there
 #   bl_unmount       unmounts and waits until the daemon has exited
 #   die MSG, tmo CMD...   one-line failure; CMD bounded by STEP_LIMIT
+#   bl_build_example NAME OUT   builds libfuse's example NAME.c (passthrough,
+#                    passthrough_ll) from BL_EX into OUT, with the HAVE_
+#                    features libfuse's own build turns on for Linux (without
+#                    HAVE_UTIMENSAT, touch, tar x and rsync -a fail to set
+#                    times on passthrough); compiler output to stderr
 # Needs BENCH (the script's name, for messages), DKVFS, STEP_LIMIT.
+
+BL_EX=/usr/share/doc/libfuse3-dev/examples
 
 die() { echo "$BENCH: $*" >&2; exit 1; }
 tmo() { timeout -k 5 "$STEP_LIMIT" "$@"; }
@@ -59,4 +66,10 @@ bl_unmount() {
 	for _ in $(seq 300); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
 	kill -0 "$DPID" 2>/dev/null && die "the daemon did not exit after the unmount"
 	DPID=
+}
+
+bl_build_example() {
+	# shellcheck disable=SC2046 # pkg-config's flags are words
+	cc -O2 -Wall -I"$BL_EX" -DHAVE_UTIMENSAT -DHAVE_POSIX_FALLOCATE -DHAVE_SETXATTR \
+		-DHAVE_COPY_FILE_RANGE "$BL_EX/$1.c" -o "$2" $(pkg-config fuse3 --cflags --libs)
 }

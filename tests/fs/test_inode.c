@@ -309,6 +309,41 @@ Test(inode, crash_during_append_trims_to_committed_size)
 	free(got);
 }
 
+/* docs/fs.md, "Copies of a chunk": a read of a whole chunk goes straight
+ * into the caller's buffer, not through the open file's clean-chunk cache;
+ * a read of part of a chunk goes through it (so the next part is served
+ * from memory). */
+Test(inode, whole_chunk_reads_skip_the_clean_cache)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 4);
+	struct fs_inode *ino = create(fs, "/w");
+	const size_t len = 2 * FS_CHUNK_SIZE;
+	uint8_t *data = malloc(len), *got = malloc(len);
+	fill(data, len, 7);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)data, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	cr_assert_eq(fs_destroy(fs), 0);
+	fs = open_fs(kv, 4); /* nothing of /w in memory */
+	cr_assert_eq(fs_inode_get(fs, "/w", &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, len, 0), (int)len);
+	cr_assert_eq(memcmp(got, data, len), 0);
+	cr_assert_null(ino->clean.buf, "a whole-chunk read went through the clean-chunk cache");
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, 100, FS_CHUNK_SIZE + 5), 100);
+	cr_assert_eq(memcmp(got, data + FS_CHUNK_SIZE + 5, 100), 0);
+	cr_assert(ino->clean.buf && ino->clean.idx == 1, "a partial read did not cache its chunk");
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(data);
+	free(got);
+}
+
 Test(inode, shared_state_between_handles)
 {
 	struct fs_kv *kv = fs_kv_mem_create(0);

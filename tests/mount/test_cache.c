@@ -1,8 +1,8 @@
 /* tests/mount/test_cache.c — the kernel caches this mount lets live long
  * (docs/fs.md, "Cache choices"): names and attributes for an hour, every
- * listing with its attributes (readdirplus).  Each test drives the mount with its defaults and real
- * tools and checks that what was written is what is read, through another
- * handle, another process and after a remount. */
+ * listing with its attributes (readdirplus).  Each test drives the mount
+ * with its defaults and real tools and checks that what was written is what
+ * is read, through another handle, another process and after a remount. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
