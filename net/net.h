@@ -262,6 +262,7 @@ int net_set_fault(struct net_conn *c, const struct net_fault *f);
 struct net_stats {
 	uint64_t bytes_sent, bytes_recv;
 	uint64_t ops_posted, ops_completed, ops_failed;
+	uint64_t sends;     /* sendmsg calls that wrote frames (stream backends; 0 over rdma) */
 };
 void net_conn_stats(const struct net_conn *c, struct net_stats *st);
 

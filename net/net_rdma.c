@@ -963,6 +963,7 @@ static void nrdma_conn_stats(const struct net_conn *nc, struct net_stats *st)
 	st->ops_posted = atomic_load_explicit(&c->ops_posted, memory_order_relaxed);
 	st->ops_completed = atomic_load_explicit(&c->ops_completed, memory_order_relaxed);
 	st->ops_failed = atomic_load_explicit(&c->ops_failed, memory_order_relaxed);
+	st->sends = 0;
 }
 
 const struct net_ops net_rdma_ops = {

@@ -258,6 +258,7 @@ struct ns_conn {
 	unsigned ninbox;
 
 	atomic_uint_fast64_t bytes_sent, bytes_recv, ops_posted, ops_completed, ops_failed;
+	atomic_uint_fast64_t sends; /* sendmsg calls that wrote something */
 };
 
 /* Handshakes in progress on one listener at most (a flood beyond it drops
@@ -346,6 +347,12 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 		 uint64_t deadline);
 void ns_conn_break(struct ns_conn *c, int err);
 int ns_tx_submit(struct ns_conn *c, struct ns_txe *e, enum tx_mode mode);
+/* While this thread serves c's input, frames it queues wait (cork) until it
+ * uncorks or pushes them before it blocks: they leave in one sendmsg.
+ * Never with tx_mu held. */
+void ns_tx_cork(struct ns_conn *c);
+void ns_tx_push(struct ns_conn *c);
+void ns_tx_uncork(struct ns_conn *c);
 void *ns_tx_main(void *arg);
 int ns_tx_answer(struct ns_conn *c, uint8_t op, uint64_t seq, int status);
 void ns_tx_ctrl(struct ns_conn *c, uint8_t op, const uint8_t *payload, size_t plen, int pass_fd);

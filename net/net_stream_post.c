@@ -320,4 +320,5 @@ void ns_conn_stats(const struct net_conn *cc, struct net_stats *st)
 	st->ops_posted = atomic_load(&c->ops_posted);
 	st->ops_completed = atomic_load(&c->ops_completed);
 	st->ops_failed = atomic_load(&c->ops_failed);
+	st->sends = atomic_load(&c->sends);
 }

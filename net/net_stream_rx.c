@@ -160,6 +160,7 @@ int ns_rd_read(struct ns_reader *rd, void *dst, size_t n)
 		if (got < 0)
 			return (int)got;
 		if (got == 0) {
+			ns_tx_push(rd->c); /* no answer waits behind a blocked read */
 			int err = rx_wait(rd->c, NULL);
 			if (err)
 				return err;
@@ -206,6 +207,7 @@ static int rx_refuse(struct ns_conn *c, uint8_t op, uint64_t seq, int status)
 	uint64_t deadline = now_ns() + NS_NAK_WAIT_MS * 1000000ull;
 	dkv_warn("net: refusing a request from %s: %s", c->peer, dkv_strerror(status));
 	if (ns_tx_answer(c, op, seq, status) == 0) {
+		ns_tx_push(c);
 		pthread_mutex_lock(&c->tx_mu);
 		c->tx_idle_waiters++;
 		while ((c->writer_active || c->txq_head) && now_ns() < deadline) {
@@ -513,17 +515,22 @@ static int rx_frame(struct ns_reader *rd)
  * input ran dry, or the error that breaks the connection. */
 static int rx_serve(struct ns_conn *c, unsigned *served)
 {
-	int r;
+	int r = 0;
+
+	ns_tx_cork(c); /* the answers to this run of frames leave together */
 	/* Once broken (from any thread) the rest of the input is never
 	 * interpreted. */
 	while (!__atomic_load_n(&c->broken, __ATOMIC_RELAXED) && (r = rd_ready(&c->rd)) > 0) {
 		r = rx_frame(&c->rd);
 		if (r)
-			return r;
+			break;
 		if (served)
 			(*served)++;
 	}
-	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -ECONNRESET : r;
+	if (!r && __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
+		r = -ECONNRESET;
+	ns_tx_uncork(c);
+	return r;
 }
 
 /* The rx thread's idle state while pollers drive the connection: wait on

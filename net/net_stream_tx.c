@@ -74,38 +74,56 @@ void ns_recv_complete(struct ns_conn *c, uint64_t wr_id, int status, enum net_wc
 /* ------------------------------------------------------------------ */
 /* output                                                             */
 
-/* Write e to fd from *off.  0 when all written; -EAGAIN (TX_NOBLOCK, *off
- * updated); -ETIMEDOUT when the socket stays full for timeout_ms; other
- * -errno.  Bytes written are added to *sent. */
-static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, int timeout_ms,
-		     atomic_uint_fast64_t *sent)
+/* The frames a writer hands the kernel in one sendmsg: a run of replies
+ * the rx side queued while serving one read of input leaves together
+ * (one syscall, one loopback delivery, one wakeup of the peer) instead of
+ * one sendmsg per frame. */
+#define TX_GATHER 32
+
+/* iovecs of e from byte from on (header, then payload).  Returns how many. */
+static int txe_iov(const struct ns_txe *e, size_t from, struct iovec *iov)
 {
-	size_t total = NS_HDR_SIZE + e->dlen;
+	int n = 0;
+
+	if (from < NS_HDR_SIZE) {
+		iov[n].iov_base = (uint8_t *)e->hdr + from;
+		iov[n++].iov_len = NS_HDR_SIZE - from;
+		from = NS_HDR_SIZE;
+	}
+	if (from < NS_HDR_SIZE + e->dlen) {
+		iov[n].iov_base = (uint8_t *)e->data + (from - NS_HDR_SIZE);
+		iov[n++].iov_len = NS_HDR_SIZE + e->dlen - from;
+	}
+	return n;
+}
+
+/* Write frames b[0..n) to fd, from byte *off of b[*done] on (*done starts
+ * at 0).  Each frame written whole is marked sent and counted in *done;
+ * *off is then the offset into b[*done].  Only b[0] may pass an fd (with
+ * its first byte).  0 when all written; -EAGAIN (TX_NOBLOCK); -ETIMEDOUT
+ * when the socket stays full for timeout_ms; other -errno.  Bytes written
+ * are added to *sent, sendmsg calls that wrote some to *calls. */
+static int txv_write(int fd, struct ns_txe **b, size_t n, size_t *done, size_t *off,
+		     enum tx_mode mode, int timeout_ms, atomic_uint_fast64_t *sent,
+		     atomic_uint_fast64_t *calls)
+{
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int))];
 	} cm;
 
-	while (*off < total) {
-		struct iovec iov[2];
+	*done = 0;
+	while (*done < n) {
+		struct iovec iov[2 * TX_GATHER];
 		struct msghdr msg = {0};
-		int n = 0;
+		int k = 0;
 		ssize_t w;
 
-		if (*off < NS_HDR_SIZE) {
-			iov[n].iov_base = e->hdr + *off;
-			iov[n++].iov_len = NS_HDR_SIZE - *off;
-			if (e->dlen) {
-				iov[n].iov_base = (void *)e->data;
-				iov[n++].iov_len = e->dlen;
-			}
-		} else {
-			iov[n].iov_base = (uint8_t *)e->data + (*off - NS_HDR_SIZE);
-			iov[n++].iov_len = total - *off;
-		}
+		for (size_t i = *done; i < n; i++)
+			k += txe_iov(b[i], i == *done ? *off : 0, iov + k);
 		msg.msg_iov = iov;
-		msg.msg_iovlen = (size_t)n;
-		if (*off == 0 && e->pass_fd >= 0) {
+		msg.msg_iovlen = (size_t)k;
+		if (*off == 0 && b[*done]->pass_fd >= 0) {
 			struct cmsghdr *ch;
 			memset(&cm, 0, sizeof(cm));
 			msg.msg_control = cm.buf;
@@ -114,12 +132,23 @@ static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, i
 			ch->cmsg_level = SOL_SOCKET;
 			ch->cmsg_type = SCM_RIGHTS;
 			ch->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(ch), &e->pass_fd, sizeof(int));
+			memcpy(CMSG_DATA(ch), &b[*done]->pass_fd, sizeof(int));
 		}
 		w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w > 0) {
-			*off += (size_t)w;
+			size_t left = (size_t)w;
 			atomic_fetch_add_explicit(sent, (uint64_t)w, memory_order_relaxed);
+			atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
+			while (left) {
+				size_t rem = NS_HDR_SIZE + b[*done]->dlen - *off;
+				if (left < rem) {
+					*off += left;
+					break;
+				}
+				left -= rem;
+				*off = 0;
+				atomic_store_explicit(&b[(*done)++]->sent, true, memory_order_release);
+			}
 			continue;
 		}
 		if (w < 0 && errno == EINTR)
@@ -134,14 +163,9 @@ static int txe_write(int fd, struct ns_txe *e, size_t *off, enum tx_mode mode, i
 		if (r == 0)
 			return -ETIMEDOUT;
 	}
-	atomic_store_explicit(&e->sent, true, memory_order_release);
 	return 0;
 }
 
-static int tx_write(struct ns_conn *c, struct ns_txe *e, size_t *off, enum tx_mode mode)
-{
-	return txe_write(c->fd, e, off, mode, c->o.op_timeout_ms, &c->bytes_sent);
-}
 
 /* Blocking write of one small frame before the connection's threads exist
  * (handshake). */
@@ -149,11 +173,12 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 		 uint64_t deadline)
 {
 	struct ns_txe e = {.data = payload, .dlen = plen, .pass_fd = -1};
-	atomic_uint_fast64_t sent = 0;
-	size_t off = 0;
+	struct ns_txe *b = &e;
+	atomic_uint_fast64_t sent = 0, calls = 0;
+	size_t off = 0, done;
 
 	ns_hdr_encode(e.hdr, h);
-	return txe_write(fd, &e, &off, TX_BLOCK, ms_left(deadline), &sent);
+	return txv_write(fd, &b, 1, &done, &off, TX_BLOCK, ms_left(deadline), &sent, &calls);
 }
 
 /* READ reply bytes waiting to be sent in this process (all connections).
@@ -207,6 +232,9 @@ bool ns_read_budget_take(struct ns_conn *c, size_t len)
 	uint64_t deadline = now_ns() + (uint64_t)c->o.op_timeout_ms * 1000000ull;
 	bool ok = false;
 
+	ns_tx_push(c); /* the replies this thread holds back give room too */
+	if (reserve_both(c, len))
+		return true;
 	pthread_once(&rd_once, rd_init);
 	pthread_mutex_lock(&rd_mu);
 	atomic_fetch_add(&rd_waiters, 1);
@@ -251,44 +279,60 @@ static void txe_release(struct ns_conn *c, struct ns_txe *e)
 	free(e);
 }
 
-/* Drain the tx queue as its writer.  Called and returns with tx_mu held;
- * clears writer_active unless it handed the rest to the helper. */
+/* Drain the tx queue as its writer, up to TX_GATHER frames per sendmsg.
+ * Called and returns with tx_mu held; clears writer_active unless it handed
+ * the rest to the helper. */
 static void tx_drain(struct ns_conn *c, enum tx_mode mode)
 {
 	for (;;) {
-		struct ns_txe *e;
-		size_t off = 0;
+		struct ns_txe *b[TX_GATHER];
+		size_t n = 0, off = 0, done = 0;
 		int r;
 
 		if (c->tx_dead || __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
 			break; /* broken only ever goes true; flush drops the rest */
+		unsigned delay = atomic_load_explicit(&c->delay_us, memory_order_relaxed);
 		if (c->tx_cur) {
-			e = c->tx_cur;
+			b[n++] = c->tx_cur;
 			off = c->tx_off;
 			c->tx_cur = NULL;
-		} else {
-			e = c->txq_head;
-			if (!e)
-				break;
-			c->txq_head = e->next;
+		}
+		/* a frame that passes an fd goes first or waits for the next
+		 * sendmsg; the test delay (net_set_delay) sends one at a time */
+		while (n < TX_GATHER && c->txq_head &&
+		       (n == 0 || (!delay && c->txq_head->pass_fd < 0))) {
+			b[n++] = c->txq_head;
+			c->txq_head = c->txq_head->next;
 			if (!c->txq_head)
 				c->txq_tail = NULL;
 		}
+		if (!n)
+			break;
 		pthread_mutex_unlock(&c->tx_mu);
-		unsigned delay = atomic_load_explicit(&c->delay_us, memory_order_relaxed);
 		if (delay && off == 0)
 			usleep(delay);
-		r = tx_write(c, e, &off, mode);
+		r = txv_write(c->fd, b, n, &done, &off, mode, c->o.op_timeout_ms, &c->bytes_sent,
+			      &c->sends);
 		pthread_mutex_lock(&c->tx_mu);
+		for (size_t i = 0; i < done; i++)
+			txe_release(c, b[i]);
 		if (r == -EAGAIN) {
-			c->tx_cur = e;
+			/* the unsent frames go back to the head, in order */
+			for (size_t i = n; i-- > done + 1;) {
+				b[i]->next = c->txq_head;
+				c->txq_head = b[i];
+				if (!c->txq_tail)
+					c->txq_tail = b[i];
+			}
+			c->tx_cur = b[done];
 			c->tx_off = off;
 			c->helper_wanted = true;
 			pthread_cond_signal(&c->helper_cond);
 			return; /* the helper is the writer now */
 		}
-		txe_release(c, e);
 		if (r < 0) {
+			for (size_t i = done; i < n; i++)
+				txe_release(c, b[i]);
 			pthread_mutex_unlock(&c->tx_mu);
 			if (r != -EPIPE && r != -ECONNRESET)
 				dkv_warn("net: write to %s failed: %s", c->peer, dkv_strerror(r));
@@ -301,6 +345,34 @@ static void tx_drain(struct ns_conn *c, enum tx_mode mode)
 	 * costs more than the frame. */
 	if (c->tx_idle_waiters)
 		pthread_cond_broadcast(&c->tx_cond);
+}
+
+/* The thread serving a connection's input corks it (ns_tx_cork): what it
+ * queues then waits until it has served all the input at hand (ns_tx_uncork)
+ * or is about to block (ns_tx_push), and leaves in one sendmsg. */
+static __thread struct ns_conn *tx_corked;
+
+void ns_tx_cork(struct ns_conn *c)
+{
+	tx_corked = c;
+}
+
+void ns_tx_push(struct ns_conn *c)
+{
+	if (tx_corked != c)
+		return;
+	pthread_mutex_lock(&c->tx_mu);
+	if (!c->writer_active && c->txq_head) {
+		c->writer_active = true;
+		tx_drain(c, TX_NOBLOCK);
+	}
+	pthread_mutex_unlock(&c->tx_mu);
+}
+
+void ns_tx_uncork(struct ns_conn *c)
+{
+	ns_tx_push(c);
+	tx_corked = NULL;
 }
 
 /* Queue e and write it unless another thread is writing.  0 or -ENOTCONN
@@ -319,7 +391,7 @@ int ns_tx_submit(struct ns_conn *c, struct ns_txe *e, enum tx_mode mode)
 	else
 		c->txq_head = e;
 	c->txq_tail = e;
-	if (!c->writer_active) {
+	if (!c->writer_active && tx_corked != c) {
 		c->writer_active = true;
 		tx_drain(c, mode);
 	}
