@@ -298,7 +298,7 @@ static void tx_drain(struct ns_conn *c, enum tx_mode mode)
 			c->tx_cur = NULL;
 		}
 		/* a frame that passes an fd goes first or waits for the next
-		 * sendmsg; the test delay (net_set_delay) sends one at a time */
+		 * sendmsg; the test delay (net_set_fault) sends one at a time */
 		while (n < TX_GATHER && c->txq_head &&
 		       (n == 0 || (!delay && c->txq_head->pass_fd < 0))) {
 			b[n++] = c->txq_head;

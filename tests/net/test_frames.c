@@ -26,7 +26,7 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/err.h"
-#include "net/net_stream.h"
+#include "net/net_stream_int.h" /* ns_tx_cork and ns_tx_ctrl, for the gather tests */
 
 static uint64_t now_ms(void)
 {
@@ -657,5 +657,82 @@ Test(frames, replies_to_one_run_of_reads_leave_together, .timeout = 30)
 	net_conn_stats(p.c, &st);
 	cr_assert_leq(st.sends, N / 4, "%llu sendmsg calls for %d replies read in one go",
 		      (unsigned long long)st.sends, N);
+	read_peer_close(&p);
+}
+
+/* A frame that passes an fd keeps it when it is queued behind others:
+ * SCM_RIGHTS travels with the first byte of a sendmsg, so the gathering
+ * writer starts a call with such a frame.  Queued here behind an ACK while
+ * this thread holds the cork; fails when the writer gathers it as the
+ * second frame of a call (the fd is never sent). */
+Test(frames, a_passed_fd_survives_the_gathering, .timeout = 30)
+{
+	struct net_conn_opts o = {.op_timeout_ms = 4000, .max_recv_wr = 8};
+	uint8_t payload[NS_MR_ADD_LEN] = {0}, buf[4 * NS_HDR_SIZE + NS_MR_ADD_LEN];
+	struct read_peer p;
+	uint8_t region[64];
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC), got_fd = -1;
+	size_t have = 0, want = 2 * NS_HDR_SIZE + NS_MR_ADD_LEN;
+
+	cr_assert_geq(fd, 0);
+	read_peer_open(&p, &o, region, sizeof(region), "fd-passer");
+	ns_tx_cork((struct ns_conn *)p.c);
+	cr_assert_eq(ns_tx_answer((struct ns_conn *)p.c, NS_ACK, 7, 0), 0);
+	ns_tx_ctrl((struct ns_conn *)p.c, NS_MR_ADD, payload, sizeof(payload), fd);
+	ns_tx_uncork((struct ns_conn *)p.c);
+	while (have < want) {
+		union {
+			struct cmsghdr align;
+			char b[CMSG_SPACE(sizeof(int) * 4)];
+		} cm;
+		struct iovec iov = {buf + have, sizeof(buf) - have};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+				     .msg_controllen = sizeof(cm.b)};
+		struct pollfd pf = {.fd = p.sv[1], .events = POLLIN};
+		cr_assert_eq(poll(&pf, 1, 5000), 1, "the frames did not arrive");
+		ssize_t r = recvmsg(p.sv[1], &msg, MSG_CMSG_CLOEXEC);
+		cr_assert_gt(r, 0);
+		have += (size_t)r;
+		for (struct cmsghdr *ch = CMSG_FIRSTHDR(&msg); ch; ch = CMSG_NXTHDR(&msg, ch))
+			if (ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS)
+				memcpy(&got_fd, CMSG_DATA(ch), sizeof(int));
+	}
+	cr_assert_geq(got_fd, 0, "the NS_MR_ADD frame arrived without its fd");
+	close(got_fd);
+	close(fd);
+	read_peer_close(&p);
+}
+
+/* An answer never waits behind a frame that is only partly in: a READ
+ * followed by half of a second frame gets its reply at once, not when the
+ * rest comes or the connection times out (the rx thread pushes what it
+ * holds before it blocks: ns_tx_push in ns_rd_read).  Failed, taking the
+ * 4 s op timeout, without that push. */
+Test(frames, an_answer_does_not_wait_for_a_half_frame, .timeout = 30)
+{
+	struct net_conn_opts o = {.op_timeout_ms = 4000, .max_recv_wr = 8};
+	uint8_t region[256], got[256], two[2 * NS_HDR_SIZE];
+	struct ns_hdr h = {.op = NS_READ_REQ, .len = sizeof(region), .seq = 1};
+	struct read_peer p;
+	struct timespec t0, t1;
+	int status;
+
+	memset(region, 0x5a, sizeof(region));
+	read_peer_open(&p, &o, region, sizeof(region), "half");
+	h.rkey = p.g;
+	h.raddr = (uint64_t)(uintptr_t)region;
+	ns_hdr_encode(two, &h);
+	h.seq = 2;
+	ns_hdr_encode(two + NS_HDR_SIZE, &h);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* the whole first READ and half of the second, in one write */
+	cr_assert_eq(write(p.sv[1], two, NS_HDR_SIZE + NS_HDR_SIZE / 2),
+		     (ssize_t)(NS_HDR_SIZE + NS_HDR_SIZE / 2));
+	cr_assert_eq(read_frame(p.sv[1], got, sizeof(got), &status), sizeof(region));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	cr_assert_eq(status, 0);
+	cr_assert_eq(memcmp(got, region, sizeof(region)), 0);
+	cr_assert_lt(took, 1.0, "the reply waited %.3f s behind a half frame", took);
 	read_peer_close(&p);
 }
