@@ -40,6 +40,8 @@ int fs_op_opendir(const char *path, struct fuse_file_info *fi)
 			return ret(fs, rc);
 		}
 		dh->dir.b[dh->dir.len++] = FS_SEP;
+		dh->pid = fuse_get_context()->pid;
+		dh->bare = !fs_rdplus_want(&fs->rdplus, dh->pid);
 	}
 	fi->fh = (uintptr_t)dh;
 	return 0;
@@ -116,7 +118,7 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 		int rc = 0;
 		if (kind == 0) {
 			const void *v = fs_kv_iter_value(dh->it, &vl);
-			rc = fs_rec_decode(v, vl, &rec);
+			rc = fs_rec_decode_head(v, vl, &rec, !dh->bare);
 			dh->rc = fs_kv_iter_next(dh->it);
 			/* a directory of the same name shadows the file */
 			if (dh->rc == 0) {
@@ -125,7 +127,6 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 				int kind2;
 				if (fs_key_child(k2, kl, plen, &n2, &nl2, &kind2) && nl2 == nl &&
 				    !memcmp(n2, dh->name, nl) && kind2 != 0) {
-					fs_rec_release(&rec);
 					rc = 0;
 					kind = kind2;
 					key = k2;
@@ -134,12 +135,11 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 		}
 		if (kind == 1) {
 			const void *v = fs_kv_iter_value(dh->it, &vl);
-			rc = fs_rec_decode(v, vl, &rec);
+			rc = fs_rec_decode_head(v, vl, &rec, !dh->bare);
 		}
 		dh->shared = kind == 0 && !rc && (rec.flags & FS_REC_LINK);
-		if (dh->shared) {
+		if (dh->shared && !dh->bare) {
 			uint64_t ino = rec.ino; /* a hard link: the file's record */
-			fs_rec_release(&rec);
 			rc = fs_shared_get(fs, ino, &rec);
 		} else if (kind == 2) {
 			fs_rec_implicit_dir(fs, key, plen + nl, &rec);
@@ -152,7 +152,14 @@ static int dir_next(struct fs_ctx *fs, struct fs_dirh *dh)
 			FS_COUNT(fs, errors, 1);
 			continue;
 		}
-		fs_op_stat_of(fs, &rec, &dh->st);
+		if (dh->bare) { /* the name record of a link has the type and ino too */
+			memset(&dh->st, 0, sizeof(dh->st));
+			dh->st.st_mode = rec.mode;
+			dh->st.st_ino = rec.ino;
+			FS_COUNT(fs, readdir_bare, 1);
+		} else {
+			fs_op_stat_of(fs, &rec, &dh->st);
+		}
 		fs_rec_release(&rec);
 		FS_COUNT(fs, readdir_entries, 1);
 		return 0;
@@ -178,8 +185,10 @@ int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off
 {
 	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_dirh *dh = (struct fs_dirh *)(uintptr_t)fi->fh;
-	enum fuse_fill_dir_flags ff = (flags & FUSE_READDIR_PLUS) ? FUSE_FILL_DIR_PLUS : 0;
+	enum fuse_fill_dir_flags ff =
+		(flags & FUSE_READDIR_PLUS) && !dh->bare ? FUSE_FILL_DIR_PLUS : 0;
 	int rc = 0;
+	off_t listed = 0;
 
 	pthread_mutex_lock(&dh->mu);
 	if (off != dh->pos) { /* seekdir/rewinddir: start over, skip off entries */
@@ -238,8 +247,10 @@ int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off
 			note_entry(fs, dh);
 		dh->has_pending = false;
 		dh->pos++;
+		listed++;
 	}
 out:
+	fs_rdplus_listed(&fs->rdplus, dh->pid, (unsigned)listed);
 	if (dh->rc > 0 && dh->it) {
 		/* listed to the end: do not pin the engine's version any longer */
 		fs_kv_iter_destroy(dh->it);

@@ -44,7 +44,8 @@ struct fs_counters {
 	 * node, bytes read and written here instead */
 	_Atomic uint64_t copies, copy_node_chunks, copy_node_bytes, copy_read_bytes;
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
-	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks;
+	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks,
+		readdir_bare, file_getattrs;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
 	_Atomic uint64_t extent_writes, extent_write_bytes, extent_frees, pieced_chunks;
 };
@@ -119,6 +120,32 @@ struct fs_inode {
 	uint64_t trim_from;       /* next commit deletes stored chunks >= this index */
 };
 
+/* fs_rdplus.c: which listings carry attributes, from each caller's history
+ * of listed entries and names it went on to use. */
+#define FS_RDPLUS_SLOTS      64
+#define FS_RDPLUS_PROBE      4
+#define FS_RDPLUS_MIN_LISTED 256   /* entries listed before a listing may go bare */
+#define FS_RDPLUS_RATIO      8     /* bare while fewer than 1 in 8 listed names were used */
+#define FS_RDPLUS_WINDOW     8192  /* past this, both counts halve */
+struct fs_rdplus_slot {
+	pid_t pid;
+	uint32_t listed, used;
+	uint64_t stamp; /* 0: free */
+};
+struct fs_rdplus {
+	pthread_mutex_t mu;
+	uint64_t clock;
+	struct fs_rdplus_slot slot[FS_RDPLUS_SLOTS];
+};
+void fs_rdplus_init(struct fs_rdplus *rp);
+void fs_rdplus_release(struct fs_rdplus *rp);
+/* Should a listing that pid starts now carry attributes? */
+bool fs_rdplus_want(struct fs_rdplus *rp, pid_t pid);
+/* n entries were listed to pid; pid named a file (counted only for callers
+ * with a history). */
+void fs_rdplus_listed(struct fs_rdplus *rp, pid_t pid, unsigned n);
+void fs_rdplus_used(struct fs_rdplus *rp, pid_t pid);
+
 struct fs_ctx {
 	struct fs_kv *kv;
 	struct fs_opts opts;
@@ -140,6 +167,7 @@ struct fs_ctx {
 	/* Writer while a rename moves a large subtree in steps (fs_rename.c);
 	 * lookups and new listings read under it, so none sees half a move. */
 	pthread_rwlock_t move_lock;
+	struct fs_rdplus rdplus;
 	unsigned test_rename_die_after; /* DKVFS_TEST_RENAME_DIE_AFTER: _exit after step N */
 };
 

@@ -125,6 +125,12 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc)
 		fs_op_stat_of(fs, &rec, st);
+	if (!rc && !S_ISDIR(rec.mode)) {
+		/* a LOOKUP or GETATTR by name of a file: the kernel did not
+		 * have its attributes; a use of a listed name (fs_rdplus.c) */
+		FS_COUNT(fs, file_getattrs, 1);
+		fs_op_used(fs);
+	}
 	if (!rc && (rec.flags & FS_REC_SHARED))
 		fs_alias_note(fs, rec.ino, path); /* a name of a hard-linked file */
 	fs_rec_release(&rec);
@@ -276,6 +282,7 @@ static int op_link(const char *from, const char *to)
 static int op_readlink(const char *path, char *buf, size_t size)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	struct fs_key *k = fs_op_key_alloc(1);
 	struct fs_rec rec = FS_REC_INIT;
 	if (!k)
@@ -298,6 +305,7 @@ static int op_readlink(const char *path, char *buf, size_t size)
 static int op_unlink(const char *path)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	struct fs_inode *ino = NULL;
 	struct fs_key *k = fs_op_key_alloc(1);
 	struct fs_kv_batch *b = NULL;
@@ -370,6 +378,7 @@ out:
 static int op_rmdir(const char *path)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	struct fs_key *k = fs_op_key_alloc(2);
 	struct fs_rec rec = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;
@@ -436,6 +445,7 @@ int fs_op_with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, c
 			return -EBADF;
 		if (fs_op_special(path))
 			return fs_op_special(path) == 3 ? -ENOENT : -EPERM;
+		fs_op_used(fs); /* chmod, chown, utimens, truncate by name */
 		rc = fs_inode_get(fs, path, &ino);
 		if (rc)
 			return ret(fs, rc);
@@ -553,6 +563,7 @@ static int open_common(struct fs_ctx *fs, struct fs_inode *ino, struct fuse_file
 static int op_open(const char *path, struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	int sp = fs_op_special(path), rc;
 	if (sp == 3)
 		return -ENOENT;

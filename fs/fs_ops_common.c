@@ -24,6 +24,11 @@ struct fs_ctx *fs_op_ctx(void)
 	return fuse_get_context()->private_data;
 }
 
+void fs_op_used(struct fs_ctx *fs)
+{
+	fs_rdplus_used(&fs->rdplus, fuse_get_context()->pid);
+}
+
 void fs_op_caller(struct fs_ctx *fs, uint32_t *uid, uint32_t *gid)
 {
 	struct fuse_context *c = fuse_get_context();

@@ -39,6 +39,8 @@ struct fs_dirh {
 	char name[FS_NAME_MAX + 1];
 	struct stat st;
 	bool shared;           /* the pending entry is a name of a hard-linked file */
+	bool bare;             /* names and types only (fs_rdplus.c) */
+	pid_t pid;             /* who opened it */
 	uint64_t ino;          /* the directory's own, for "." */
 	struct fs_key dir;     /* children prefix: directory key + separator */
 };
@@ -48,6 +50,9 @@ struct fs_dirh {
 struct fs_fh *fs_op_fh(const struct fuse_file_info *fi);
 /* The filesystem of the calling FUSE request. */
 struct fs_ctx *fs_op_ctx(void);
+/* The caller named a file: its next listings carry attributes sooner
+ * (fs_rdplus.c). */
+void fs_op_used(struct fs_ctx *fs);
 /* uid and gid of the calling process. */
 void fs_op_caller(struct fs_ctx *fs, uint32_t *uid, uint32_t *gid);
 /* The errno an operation answers.  Every error counted in fs_errors also

@@ -126,7 +126,7 @@ static bool xattr_blob_valid(const uint8_t *p, size_t len)
 	return true;
 }
 
-int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
+int fs_rec_decode_head(const void *buf, size_t len, struct fs_rec *r, bool verify)
 {
 	const uint8_t *b = buf;
 	memset(r, 0, sizeof(*r));
@@ -138,11 +138,10 @@ int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
 	if (xl > FS_XATTR_MAX || pl > FS_INLINE_MAX + FS_SYMLINK_MAX ||
 	    (size_t)FS_REC_HDR + xl + pl + tail != len || (flags & FS_REC_LINK && flags & FS_REC_SHARED))
 		return -EBADMSG;
-	if (!crc_ok(get_u32(b + len - 4), crc32c(b, len - 4)))
+	if (verify && (!crc_ok(get_u32(b + len - 4), crc32c(b, len - 4)) ||
+		       !xattr_blob_valid(b + FS_REC_HDR, xl)))
 		return -EBADMSG;
-	if (!xattr_blob_valid(b + FS_REC_HDR, xl))
-		return -EBADMSG;
-	r->flags = get_u16(b + 2);
+	r->flags = flags;
 	r->mode = get_u32(b + 4);
 	r->uid = get_u32(b + 8);
 	r->gid = get_u32(b + 12);
@@ -161,6 +160,18 @@ int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
 	if (!(r->flags & FS_REC_CHUNKED) && r->size != pl &&
 	    (r->mode & 0170000) == 0100000)
 		return -EBADMSG; /* inline regular file: size is the payload */
+	return 0;
+}
+
+int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r)
+{
+	const uint8_t *b = buf;
+	int rc = fs_rec_decode_head(buf, len, r, true);
+	if (rc) {
+		memset(r, 0, sizeof(*r));
+		return rc;
+	}
+	uint32_t xl = get_u32(b + 72), pl = get_u32(b + 76);
 	if (dup_bytes(&r->xattr, b + FS_REC_HDR, xl) ||
 	    dup_bytes(&r->payload, b + FS_REC_HDR + xl, pl)) {
 		fs_rec_release(r);

@@ -56,6 +56,11 @@ int fs_rec_encode(const struct fs_rec *r, uint8_t **out, size_t *len);
 /* Decode (copying payload and xattrs).  -EBADMSG on any malformed input,
  * -ENOMEM.  On error *r is left empty. */
 int fs_rec_decode(const void *buf, size_t len, struct fs_rec *r);
+/* Decode the header only: the attributes, without xattrs or payload (their
+ * pointers stay NULL, their lengths 0), so nothing is copied and *r needs no
+ * release.  The same checks of shape as fs_rec_decode; the CRC and the xattr
+ * blob only when verify.  -EBADMSG (*r then holds nothing to rely on). */
+int fs_rec_decode_head(const void *buf, size_t len, struct fs_rec *r, bool verify);
 /* Deep copy; -ENOMEM. */
 int fs_rec_copy(struct fs_rec *dst, const struct fs_rec *src);
 /* Replace the payload with a copy of p (len bytes); -ENOMEM. */

@@ -379,6 +379,7 @@ int fs_rename_recover(struct fs_ctx *fs)
 int fs_op_rename(const char *from, const char *to, unsigned int flags)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	struct fs_key *k = fs_op_key_alloc(2);
 	struct fs_rec rf = FS_REC_INIT, rt = FS_REC_INIT;
 	struct fs_kv_batch *b = NULL;

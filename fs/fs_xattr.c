@@ -43,6 +43,7 @@ static int read_rec(struct fs_ctx *fs, const char *path, struct fs_rec *rec)
 int fs_op_getxattr(const char *path, const char *name, char *value, size_t size)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	struct fs_rec rec = FS_REC_INIT;
 	if (!user_xattr(name) || fs_op_special(path))
 		return -ENODATA; /* answered without a lookup: the kernel asks often */
@@ -56,6 +57,7 @@ int fs_op_getxattr(const char *path, const char *name, char *value, size_t size)
 int fs_op_listxattr(const char *path, char *list, size_t size)
 {
 	struct fs_ctx *fs = fs_op_ctx();
+	fs_op_used(fs);
 	struct fs_rec rec = FS_REC_INIT;
 	if (fs_op_special(path))
 		return 0;
