@@ -18,8 +18,9 @@
  * seen here, so a caller that only stats (`du`) drifts to bare listings and
  * back: about one listing in FS_RDPLUS_RATIO is bare for it (docs/fs.md).
  *
- * Thread safety: one mutex over a small table (FS_RDPLUS_SLOTS callers, the
- * least recently seen replaced). */
+ * Thread safety: one mutex over a small table (FS_RDPLUS_SLOTS callers; a new
+ * one takes the least recently seen of the FS_RDPLUS_PROBE slots its pid
+ * hashes to). */
 #include <string.h>
 
 #include "fs/fs_int.h"
