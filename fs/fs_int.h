@@ -127,10 +127,14 @@ struct fs_inode {
 #define FS_RDPLUS_MIN_LISTED 256   /* entries listed before a listing may go bare */
 #define FS_RDPLUS_RATIO      8     /* bare while fewer than 1 in 8 listed names were used */
 #define FS_RDPLUS_WINDOW     8192  /* past this, both counts halve */
+/* Written under fs_rdplus.mu; `used` is also counted without it (every
+ * getattr, open and unlink counts one), so the fields a counter reads are
+ * atomic. */
 struct fs_rdplus_slot {
-	pid_t pid;
-	uint32_t listed, used;
-	uint64_t stamp; /* 0: free */
+	_Atomic pid_t pid;
+	_Atomic uint32_t used;
+	uint32_t listed;
+	_Atomic uint64_t stamp; /* 0: free */
 };
 struct fs_rdplus {
 	pthread_mutex_t mu;

@@ -20,33 +20,53 @@
  *
  * Thread safety: one mutex over a small table (FS_RDPLUS_SLOTS callers; a new
  * one takes the least recently seen of the FS_RDPLUS_PROBE slots its pid
- * hashes to). */
+ * hashes to), taken at a listing's start and end; a use (on the paths of
+ * getattr, open, unlink) is counted without it. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "fs/fs_int.h"
 
+_Static_assert((FS_RDPLUS_SLOTS & (FS_RDPLUS_SLOTS - 1)) == 0, "slots: a power of two");
+
 static uint32_t slot_hash(pid_t pid)
 {
-	return ((uint32_t)pid * 2654435761u) >> 26; /* 64 slots */
+	return (((uint32_t)pid * 2654435761u) >> 16) % FS_RDPLUS_SLOTS;
 }
 
-/* The slot of pid (mu held), or, if make, a fresh one in place of the least
- * recently seen of its probe window; NULL if absent and !make. */
-static struct fs_rdplus_slot *slot_of(struct fs_rdplus *rp, pid_t pid, bool make)
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
+
+/* The slot of pid, or NULL.  Without mu the answer may be a slot that is
+ * being given to another caller: a use counted there is lost, which the
+ * policy can afford. */
+static struct fs_rdplus_slot *slot_find(struct fs_rdplus *rp, pid_t pid)
 {
-	struct fs_rdplus_slot *old = NULL;
 	uint32_t h = slot_hash(pid);
 	for (unsigned i = 0; i < FS_RDPLUS_PROBE; i++) {
 		struct fs_rdplus_slot *s = &rp->slot[(h + i) % FS_RDPLUS_SLOTS];
-		if (s->pid == pid && s->stamp)
+		if (LOAD(s->pid) == pid && LOAD(s->stamp))
 			return s;
-		if (!old || s->stamp < old->stamp)
+	}
+	return NULL;
+}
+
+/* The slot of pid (mu held), or a fresh one in place of the least recently
+ * seen of its probe window. */
+static struct fs_rdplus_slot *slot_make(struct fs_rdplus *rp, pid_t pid)
+{
+	struct fs_rdplus_slot *s = slot_find(rp, pid), *old = NULL;
+	if (s)
+		return s;
+	uint32_t h = slot_hash(pid);
+	for (unsigned i = 0; i < FS_RDPLUS_PROBE; i++) {
+		s = &rp->slot[(h + i) % FS_RDPLUS_SLOTS];
+		if (!old || LOAD(s->stamp) < LOAD(old->stamp))
 			old = s;
 	}
-	if (!make)
-		return NULL;
-	memset(old, 0, sizeof(*old));
-	old->pid = pid;
+	STORE(old->pid, pid);
+	STORE(old->used, 0);
+	old->listed = 0;
 	return old;
 }
 
@@ -65,10 +85,10 @@ bool fs_rdplus_want(struct fs_rdplus *rp, pid_t pid)
 {
 	bool plus = true;
 	pthread_mutex_lock(&rp->mu);
-	struct fs_rdplus_slot *s = slot_of(rp, pid, false);
+	struct fs_rdplus_slot *s = slot_find(rp, pid);
 	if (s)
 		plus = s->listed < FS_RDPLUS_MIN_LISTED ||
-		       (uint64_t)s->used * FS_RDPLUS_RATIO >= s->listed;
+		       (uint64_t)LOAD(s->used) * FS_RDPLUS_RATIO >= s->listed;
 	pthread_mutex_unlock(&rp->mu);
 	return plus;
 }
@@ -78,21 +98,19 @@ void fs_rdplus_listed(struct fs_rdplus *rp, pid_t pid, unsigned n)
 	if (!n)
 		return;
 	pthread_mutex_lock(&rp->mu);
-	struct fs_rdplus_slot *s = slot_of(rp, pid, true);
-	s->stamp = ++rp->clock;
+	struct fs_rdplus_slot *s = slot_make(rp, pid);
+	STORE(s->stamp, ++rp->clock);
 	s->listed += n;
 	while (s->listed > FS_RDPLUS_WINDOW) { /* the recent past counts */
 		s->listed /= 2;
-		s->used /= 2;
+		STORE(s->used, LOAD(s->used) / 2);
 	}
 	pthread_mutex_unlock(&rp->mu);
 }
 
 void fs_rdplus_used(struct fs_rdplus *rp, pid_t pid)
 {
-	pthread_mutex_lock(&rp->mu);
-	struct fs_rdplus_slot *s = slot_of(rp, pid, false);
-	if (s && s->used < UINT32_MAX)
-		s->used++;
-	pthread_mutex_unlock(&rp->mu);
+	struct fs_rdplus_slot *s = slot_find(rp, pid);
+	if (s && LOAD(s->used) < UINT32_MAX / 2)
+		atomic_fetch_add_explicit(&s->used, 1, memory_order_relaxed);
 }

@@ -61,16 +61,31 @@ Test(rdplus, uses_without_a_listing_leave_no_history)
 	cr_assert_not(fs_rdplus_want(&rp, 9), "uses before any listing counted");
 }
 
-/* Only the recent past counts: a caller that used names long ago and then
- * lists thousands without using any goes bare. */
-Test(rdplus, old_uses_fade)
+/* Only the recent past counts: after 100,000 names listed and none used,
+ * about 1,000 uses turn the caller back (the counts halved as they grew);
+ * with the whole past counted it would take 12,500. */
+Test(rdplus, the_recent_past_decides)
 {
-	fs_rdplus_listed(&rp, 11, 1000);
-	use(11, 1000);
-	cr_assert(fs_rdplus_want(&rp, 11));
-	for (int i = 0; i < 100 && fs_rdplus_want(&rp, 11); i++)
+	for (int i = 0; i < 100; i++)
 		fs_rdplus_listed(&rp, 11, 1000);
-	cr_assert_not(fs_rdplus_want(&rp, 11), "1,000 uses still count after 100,000 listed names");
+	cr_assert_not(fs_rdplus_want(&rp, 11));
+	use(11, FS_RDPLUS_WINDOW / FS_RDPLUS_RATIO);
+	cr_assert(fs_rdplus_want(&rp, 11), "%d uses after 100,000 listed names: still bare",
+		  FS_RDPLUS_WINDOW / FS_RDPLUS_RATIO);
+}
+
+/* A new caller takes the least recently seen slot it may take: a caller that
+ * keeps listing keeps its history while 4 times as many callers as there
+ * are slots come and go. */
+Test(rdplus, an_active_caller_keeps_its_history)
+{
+	fs_rdplus_listed(&rp, 5, 1000);
+	for (pid_t p = 1000; p < 1000 + 4 * FS_RDPLUS_SLOTS; p++) {
+		fs_rdplus_listed(&rp, p, 1000);
+		cr_assert_not(fs_rdplus_want(&rp, 5), "the active caller lost its history to pid %d",
+			      (int)p);
+		fs_rdplus_listed(&rp, 5, 1);
+	}
 }
 
 /* More callers than slots: each new one starts with attributes, nothing
