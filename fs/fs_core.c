@@ -139,7 +139,7 @@ static int lookup(struct fs_ctx *fs, const struct fs_key *k, struct fs_rec *rec,
 	rc = fs_get_rec(fs, mk.b, mk.len, rec);
 	if (rc != -ENOENT) {
 		if (!rc && reckey)
-			*reckey = mk;
+			fs_key_copy(reckey, &mk);
 		return rc;
 	}
 	if (k->len > 1) {

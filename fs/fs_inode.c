@@ -186,7 +186,7 @@ int fs_inode_get(struct fs_ctx *fs, const char *path, struct fs_inode **out)
 		goto out;
 	}
 	if (rk->len == 0) { /* implicit directory: a change writes its marker */
-		*rk = *k;
+		fs_key_copy(rk, k);
 		rk->b[rk->len++] = FS_SEP;
 	}
 	rc = fs_inode_adopt(fs, rk, &rec, out);

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FS_NS_PREFIX     'N'
 #define FS_CHUNK_PREFIX  'C'
@@ -58,6 +59,14 @@ struct fs_key {
 	size_t len;
 	uint8_t b[FS_KEY_MAX];
 };
+
+/* *d = *s, copying only the bytes in use (a struct copy moves all 8 KiB:
+ * 5.6 % of the daemon's CPU in a run of touch, measured with perf). */
+static inline void fs_key_copy(struct fs_key *d, const struct fs_key *s)
+{
+	d->len = s->len;
+	memcpy(d->b, s->b, s->len);
+}
 
 /* Key of an absolute path ("/" -> root).  Empty components ("//") and a
  * trailing '/' are ignored.  A path whose last component is a libfuse

@@ -220,7 +220,7 @@ static int make_node(struct fs_ctx *fs, const char *path, uint32_t mode, uint64_
 			goto out_unlock;
 		rec.size = tl;
 	}
-	k[1] = k[0];
+	fs_key_copy(&k[1], &k[0]);
 	if (S_ISDIR(mode))
 		k[1].b[k[1].len++] = FS_SEP;
 	rc = fs_batch_put_rec(b, k[1].b, k[1].len, &rec);
@@ -402,7 +402,7 @@ static int op_rmdir(const char *path)
 	rc = fs_lookup(fs, k, &rec, NULL, true);
 	if (!rc && !S_ISDIR(rec.mode))
 		rc = -ENOTDIR;
-	k[1] = k[0];
+	fs_key_copy(&k[1], &k[0]);
 	k[1].b[k[1].len++] = FS_SEP;
 	if (!rc)
 		rc = fs_op_dir_empty(fs, &k[1]);

@@ -326,16 +326,20 @@ static int rename_steps(struct fs_ctx *fs, const struct fs_key *a, const struct 
 	uint64_t moved = 0;
 	if (!p)
 		return -ENOMEM;
-	*p = (struct plan){ .df = df, .dt = dt, .n = exchange ? 3 : 1 };
-	p->from[0] = *a;
-	p->to[0] = *b;
+	/* fields one by one: a struct assignment would write all 48 KiB of
+	 * keys again; fs_key_copy moves only the bytes in use */
+	p->df = df;
+	p->dt = dt;
+	p->n = exchange ? 3 : 1;
+	fs_key_copy(&p->from[0], a);
+	fs_key_copy(&p->to[0], b);
 	if (exchange) { /* a -> T(a), b -> a, T(a) -> b */
-		p->to[0] = *a;
+		fs_key_copy(&p->to[0], a);
 		p->to[0].b[0] = MOVING_PREFIX;
-		p->from[1] = *b;
-		p->to[1] = *a;
-		p->from[2] = p->to[0];
-		p->to[2] = *b;
+		fs_key_copy(&p->from[1], b);
+		fs_key_copy(&p->to[1], a);
+		fs_key_copy(&p->from[2], &p->to[0]);
+		fs_key_copy(&p->to[2], b);
 	}
 	int rc = plan_log(fs, p, true);
 	if (!rc)
@@ -476,7 +480,7 @@ int fs_op_rename(const char *from, const char *to, unsigned int flags)
 				rc = -ENOMEM;
 				goto out_unlock;
 			}
-			*m = *kt;
+			fs_key_copy(m, kt);
 			m->b[m->len++] = FS_SEP;
 			rc = fs_op_dir_empty(fs, m);
 			free(m);
