@@ -124,6 +124,20 @@ int up(const char *extra)
 		  T);
 }
 
+void mt_node_start(const char *size, char *addr, size_t cap)
+{
+	char bin[PATH_MAX + 32];
+
+	cr_assert_lt((size_t)snprintf(addr, cap, "unix:%s/mn.sock", T), cap);
+	snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
+	extra_node = fork();
+	if (extra_node == 0) {
+		execl(bin, "dkvfs-memnode", "--listen", addr, "--size", size, (char *)NULL);
+		_exit(127);
+	}
+	cr_assert_gt(extra_node, 0);
+}
+
 /* Unmount and wait until the daemon and its node released the data_dir. */
 void down(void)
 {

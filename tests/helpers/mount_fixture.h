@@ -37,5 +37,10 @@ int op_timeout_ms(int ms);
 int up(const char *extra);
 /* Unmount and wait until the daemon and its node released the data_dir. */
 void down(void);
+/* Start an external dkvfs-memnode of size (e.g. "256M") on the unix socket
+ * T/mn.sock, as extra_node (the fixture kills it); its address for
+ * memnode= ("unix:T/mn.sock") into addr.  It may take a moment to listen:
+ * callers retry their first connection. */
+void mt_node_start(const char *size, char *addr, size_t cap);
 
 #endif

@@ -126,16 +126,10 @@ Test(heal, a_node_that_keeps_failing_is_retried_with_backoff)
  * default volume on MNT, retrying while it starts. */
 static void mount_external(char sock[PATH_MAX + 16])
 {
-	char listen[PATH_MAX + 32], bin[PATH_MAX + 32];
+	char listen[PATH_MAX + 32];
 
 	snprintf(sock, PATH_MAX + 16, "%s/mn.sock", T);
-	snprintf(listen, sizeof(listen), "unix:%s", sock);
-	snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
-	extra_node = fork();
-	if (extra_node == 0) {
-		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "256M", (char *)NULL);
-		_exit(127);
-	}
+	mt_node_start("256M", listen, sizeof(listen));
 	int rc = 1;
 	for (int tries = 0; tries < 50 && rc; tries++) {
 		rc = sh("%s/dkvfs -o memnode=unix:%s %s 2>/dev/null", B, sock, MNT);

@@ -138,15 +138,9 @@ Test(logs, mount_source_names_volume_and_node)
 	down();
 	/* an external node's volume, with no syslog: the source names both,
 	 * and the log is $XDG_STATE_HOME/dkvfs/dkvfs.log */
-	char sock[PATH_MAX + 16], listen[PATH_MAX + 32], bin[PATH_MAX + 32];
+	char sock[PATH_MAX + 16], listen[PATH_MAX + 32];
 	snprintf(sock, sizeof(sock), "%s/mn.sock", T);
-	snprintf(listen, sizeof(listen), "unix:%s", sock);
-	snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
-	extra_node = fork();
-	if (extra_node == 0) {
-		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "64M", (char *)NULL);
-		_exit(127);
-	}
+	mt_node_start("64M", listen, sizeof(listen));
 	int rc = 1;
 	for (int tries = 0; tries < 50 && rc; tries++) {
 		rc = sh("DKVFS_SYSLOG_SOCKET=%s/nobody.sock XDG_STATE_HOME=%s/state %s/dkvfs -o "
