@@ -155,6 +155,7 @@ struct eng_stats {
 	uint64_t discards;                /* freed slab ranges returned to the node's OS */
 	uint64_t tables_sealed;           /* tables written into runs then made read-only */
 	uint64_t tables_unsealed;         /* ... into slab space instead (no run free) */
+	uint64_t tables_in_place;         /* tables read in place, not by READ (local node) */
 	uint64_t space_low;               /* 1: the node is below the reserve (volume full) */
 	uint64_t memtable_bytes, immutables;
 	uint64_t tables, table_bytes, live_keys_estimate;

@@ -136,6 +136,9 @@ struct eng_table {
 	struct sst_meta meta;
 	atomic_bool obsolete;   /* removed from the current version: free at last unref */
 	atomic_bool logged;     /* damage already reported */
+	/* engine/table.c: the table's bytes in place (mn_map); 0 not tried yet,
+	 * 1 not mapped here (READ them), else their address */
+	_Atomic uintptr_t base;
 	_Atomic uint64_t gc_epoch; /* engine/gc.c: looked at after this many flushes and
 				    * snapshot releases (+1) */
 	struct eng_db *db;
@@ -402,6 +405,7 @@ struct eng_db {
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
 	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
+	_Atomic uint64_t st_tables_in_place;                              /* engine/table.c */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
 	struct eng_compaction *comp;  /* engine/compaction.c (compaction_int.h) */

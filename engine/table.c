@@ -11,6 +11,12 @@
  *
  * Point lookups: bloom and index are local; each candidate record costs one
  * READ of exactly its bytes (usually one candidate).
+ *
+ * In place: when the memory node runs on this host and its memory is mapped
+ * here (the local transport, trusted peer), records are decoded straight
+ * from the mapping (mn_map), without a READ and without the copy one costs.
+ * An installed table is never written again, and its extent is freed only
+ * after the last reference, so the bytes stay the table's while read.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,19 +27,24 @@
 #include "common/log.h"
 #include "engine/eng_int.h"
 
-int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool lookup)
+/* Node memory read: counted whether by READ or in place. */
+static void count_read(struct eng_db *db, size_t len, bool lookup)
 {
-	int r = mn_read(db->mc, off, buf, len);
-
-	if (eng_io_transient(r))
-		r = mn_read(db->mc, off, buf, len);
-
 	atomic_fetch_add_explicit(&db->st_remote_reads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&db->st_remote_read_bytes, len, memory_order_relaxed);
 	if (lookup) {
 		atomic_fetch_add_explicit(&db->st_lookup_reads, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&db->st_lookup_read_bytes, len, memory_order_relaxed);
 	}
+}
+
+int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool lookup)
+{
+	int r = mn_read(db->mc, off, buf, len);
+
+	if (eng_io_transient(r))
+		r = mn_read(db->mc, off, buf, len);
+	count_read(db, len, lookup);
 	return r;
 }
 
@@ -60,14 +71,36 @@ static void table_buf_free(void *ctx, void *p)
 	mn_buf_free(t->db->mc, p);
 }
 
+/* The table's bytes in place, or NULL (READ them).  Asked of the node's
+ * client once per table. */
+static const uint8_t *table_base(struct eng_table *t)
+{
+	uintptr_t b = atomic_load_explicit(&t->base, memory_order_acquire);
+	const void *p = NULL;
+
+	if (b == 0) {
+		uintptr_t was = 0;
+
+		b = mn_map(t->db->mc, t->off, t->len, &p) ? 1 : (uintptr_t)p;
+		if (!atomic_compare_exchange_strong(&t->base, &was, b))
+			b = was; /* another thread asked first */
+		else if (b != 1)
+			atomic_fetch_add_explicit(&t->db->st_tables_in_place, 1, memory_order_relaxed);
+	}
+	return b == 1 ? NULL : (const uint8_t *)b;
+}
+
 static void table_source(struct eng_table *t, struct sst_source *src)
 {
 	memset(src, 0, sizeof(*src));
-	src->read = table_read;
 	src->ctx = t;
+	src->size = t->len;
+	src->base = table_base(t);
+	if (src->base)
+		return;
+	src->read = table_read;
 	src->buf_alloc = table_buf_alloc;
 	src->buf_free = table_buf_free;
-	src->size = t->len;
 }
 
 /* One log line per damaged table (not one per lookup). */
@@ -169,21 +202,29 @@ static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const v
 			  size_t kl, uint64_t seq, void **v, size_t *vl)
 {
 	uint8_t stackbuf[512], *buf = stackbuf;
+	const uint8_t *base = table_base(t), *p;
 	struct sst_record rec;
 	struct ikey_parsed ik;
 	int r;
 
 	if (c->off > t->len || c->len > t->len - c->off)
 		return -DKV_E_CORRUPT;
-	if (c->len > sizeof(stackbuf)) {
-		buf = malloc(c->len);
-		if (!buf)
-			return -ENOMEM;
+	if (base) {
+		p = base + c->off;
+		buf = NULL;
+		count_read(t->db, c->len, true);
+	} else {
+		if (c->len > sizeof(stackbuf)) {
+			buf = malloc(c->len);
+			if (!buf)
+				return -ENOMEM;
+		}
+		r = eng_remote_read(t->db, t->off + c->off, buf, c->len, true);
+		if (r)
+			goto out;
+		p = buf;
 	}
-	r = eng_remote_read(t->db, t->off + c->off, buf, c->len, true);
-	if (r)
-		goto out;
-	r = sst_record_decode(buf, c->len, &rec);
+	r = sst_record_decode(p, c->len, &rec);
 	if (!r && rec.size != c->len)
 		r = -DKV_E_CORRUPT;
 	if (!r)
@@ -212,7 +253,7 @@ static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const v
 	}
 out:
 	if (buf != stackbuf)
-		free(buf);
+		free(buf); /* NULL when read in place */
 	return r;
 }
 

@@ -861,6 +861,20 @@ int mn_read(struct mn_client *c, uint64_t off, void *buf, size_t len)
 	return mn_wait(c, &io);
 }
 
+int mn_map(struct mn_client *c, uint64_t off, size_t len, const void **out)
+{
+	struct rpc_chan *ch;
+	uint64_t raddr;
+	uint32_t rkey;
+	int rc = acquire(c, off, len, false, &ch, &raddr, &rkey);
+
+	if (rc)
+		return rc;
+	rc = net_map_ptr(rpc_chan_conn(ch), rkey, raddr, len, out);
+	rpc_chan_unref(ch);
+	return rc;
+}
+
 int mn_write(struct mn_client *c, uint64_t off, const void *buf, size_t len)
 {
 	struct mn_io io;

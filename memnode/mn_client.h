@@ -128,6 +128,13 @@ void mn_buf_free(struct mn_client *c, void *p);
 
 /* Synchronous READ/WRITE.  Errors: -DKV_E_GRANT, -EIO, -ETIMEDOUT. */
 int mn_read(struct mn_client *c, uint64_t off, void *buf, size_t len);
+/* [off, off+len) of the volume to read in place, without a READ: only when
+ * the node is on this host, trusted, and its memory mapped here (the local
+ * transport, docs/wire-transport.md).  The pointer stays valid for the
+ * client's life, across reconnects; it sees later writes to those bytes, so
+ * map only what nobody writes any more (an installed table).  -ENOTSUP (read
+ * with mn_read instead), -DKV_E_GRANT (not the volume's). */
+int mn_map(struct mn_client *c, uint64_t off, size_t len, const void **out);
 int mn_write(struct mn_client *c, uint64_t off, const void *buf, size_t len);
 
 /* Asynchronous: post, then wait.  The mn_io is owned by the caller and must

@@ -469,6 +469,13 @@ int net_conn_fd(const struct net_conn *c)
 	return c->ops->conn_fd(c);
 }
 
+int net_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, const void **out)
+{
+	if (!c || !out || !len)
+		return -EINVAL;
+	return c->ops->map_ptr ? c->ops->map_ptr(c, rkey, raddr, len, out) : -ENOTSUP;
+}
+
 void net_conn_reaping(struct net_conn *c, bool on)
 {
 	if (c->ops->conn_reaping)

@@ -241,6 +241,13 @@ int net_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
 /* fd that becomes readable when completions are queued (level-triggered
  * until net_poll drains them); for epoll-based waits. */
 int net_conn_fd(const struct net_conn *c);
+/* A local pointer to the peer's bytes [raddr, raddr+len) of rkey, for
+ * reading in place: only over the local backend with a trusted peer whose
+ * memory is mapped here (net_local.c).  The pointer stays valid as long as
+ * the domain, also after c closes (the mapping is kept), and sees the peer's
+ * writes as they happen.  -ENOTSUP (no such mapping: post READs),
+ * -DKV_E_GRANT (outside rkey's grant), -EINVAL. */
+int net_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, const void **out);
 /* on: the caller is about to net_poll c itself, again and again (a waiter
  * spinning for its completion), until it calls this with off.  Meanwhile a
  * completion need not make net_conn_fd readable: a thread blocked on the fd

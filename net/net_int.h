@@ -77,6 +77,9 @@ struct net_ops {
 	void (*conn_reaping)(struct net_conn *c, bool on); /* optional */
 	int (*set_fault)(struct net_conn *c, const struct net_fault *f);
 	void (*conn_stats)(const struct net_conn *c, struct net_stats *st);
+	/* optional: net_map_ptr */
+	int (*map_ptr)(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len,
+		       const void **out);
 };
 
 extern const struct net_ops net_tcp_ops;

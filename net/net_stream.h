@@ -107,6 +107,7 @@ int ns_conn_fd(const struct net_conn *c);
 void ns_conn_reaping(struct net_conn *c, bool on);
 int ns_set_fault(struct net_conn *c, const struct net_fault *f);
 void ns_conn_stats(const struct net_conn *c, struct net_stats *st);
+int ns_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, const void **out);
 
 /* The ops table of a stream backend: everything but its name and how it
  * creates a domain is shared. */
@@ -121,7 +122,7 @@ void ns_conn_stats(const struct net_conn *c, struct net_stats *st);
 		.conn_peer = ns_conn_peer, .conn_ok = ns_conn_ok, .close = ns_close,               \
 		.post = ns_post, .poll = ns_poll, .conn_fd = ns_conn_fd,                           \
 		.conn_reaping = ns_conn_reaping, .set_fault = ns_set_fault,                        \
-		.conn_stats = ns_conn_stats,                                                       \
+		.conn_stats = ns_conn_stats, .map_ptr = ns_map_ptr,                                \
 	}
 
 /* net_req_peer_trusted / net_local_trust_group for the local backend. */

@@ -28,7 +28,7 @@ static void conn_free(struct ns_conn *c)
 	if (c->efd >= 0)
 		close(c->efd);
 	for (size_t i = 0; i < c->nrmaps; i++)
-		ns_rmap_release(&c->rmaps[i]);
+		ns_rmap_retire(c->d, &c->rmaps[i]);
 	free(c->rmaps);
 	ns_kt_release(&c->rgrants);
 	ns_kt_release(&c->grants);

@@ -119,6 +119,11 @@ struct ns_domain {
 	atomic_uint next_key;
 	pthread_mutex_t conns_mu; /* conns (local: to announce registrations) */
 	struct ns_conn *conns;
+	/* local: mappings of a peer that outlived their connection because
+	 * ns_map_ptr handed out pointers into them; unmapped with the domain */
+	pthread_mutex_t retired_mu;
+	struct ns_rmap *retired;
+	size_t nretired;
 };
 
 struct ns_mr {
@@ -185,6 +190,10 @@ struct ns_rmap { /* local: a shareable registration of the peer, mapped here */
 	void *map;
 	size_t map_len;
 	uint8_t *base; /* local address of the peer's addr */
+	dev_t dev;     /* the mapped file and where in it: a mapping handed out */
+	ino_t ino;     /* by ns_map_ptr is reused when announced again */
+	uint64_t pos;
+	bool pinned;   /* ns_map_ptr handed out a pointer into it (c->rlock) */
 };
 
 struct ns_conn {
@@ -377,6 +386,11 @@ void ns_poller_leave(struct ns_conn *c);
 /* ---- net_stream_map.c ---- */
 void ns_announce_mr(struct ns_conn *c, const struct ns_mr *m);
 void ns_rmap_release(struct ns_rmap *m);
+/* A mapping c no longer uses: unmapped, or kept in the domain for as long
+ * as it lives if ns_map_ptr handed out pointers into it. */
+void ns_rmap_retire(struct ns_domain *d, struct ns_rmap *m);
+/* The domain's kept mappings, unmapped (ns_domain_destroy). */
+void ns_rmaps_retired_release(struct ns_domain *d);
 int ns_rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr *h);
 void ns_announce_all(struct ns_conn *c);
 /* The local trust rule: the peer at the other end of unix socket fd runs as

@@ -89,6 +89,7 @@ int ns_domain_create(bool local, const struct net_ops *ops, struct net_domain **
 	d->local = local;
 	d->trust_gid = (gid_t)-1;
 	pthread_rwlock_init(&d->lock, NULL);
+	pthread_mutex_init(&d->retired_mu, NULL);
 	pthread_mutex_init(&d->conns_mu, NULL);
 	/* Keys start away from 0 so a zeroed rkey is never valid. */
 	atomic_init(&d->next_key, 0x100);
@@ -104,8 +105,10 @@ void ns_domain_destroy(struct net_domain *dd)
 	if (d->conns)
 		dkv_warn("net: domain destroyed with connections still open");
 	ns_kt_release(&d->mrs);
+	ns_rmaps_retired_release(d);
 	pthread_rwlock_destroy(&d->lock);
 	pthread_mutex_destroy(&d->conns_mu);
+	pthread_mutex_destroy(&d->retired_mu);
 	free(d);
 }
 

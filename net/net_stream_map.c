@@ -39,6 +39,55 @@ void ns_rmap_release(struct ns_rmap *m)
 	m->map = NULL;
 }
 
+void ns_rmap_retire(struct ns_domain *d, struct ns_rmap *m)
+{
+	if (!m->map || !m->pinned || !d) {
+		ns_rmap_release(m);
+		return;
+	}
+	pthread_mutex_lock(&d->retired_mu);
+	struct ns_rmap *nv = realloc(d->retired, (d->nretired + 1) * sizeof(*nv));
+	if (nv) {
+		d->retired = nv;
+		d->retired[d->nretired++] = *m;
+	}
+	pthread_mutex_unlock(&d->retired_mu);
+	if (!nv) /* kept mapped for good: a pointer into it may still be in use */
+		dkv_warn("net: out of memory keeping a mapping of %p; it stays mapped", m->map);
+	m->map = NULL;
+}
+
+void ns_rmaps_retired_release(struct ns_domain *d)
+{
+	for (size_t i = 0; i < d->nretired; i++)
+		ns_rmap_release(&d->retired[i]);
+	free(d->retired);
+	d->retired = NULL;
+	d->nretired = 0;
+}
+
+/* A kept mapping of the same bytes of the same file as m: taken back
+ * instead of mapping them again (a reconnect to the same node). */
+static bool rmap_reuse(struct ns_domain *d, struct ns_rmap *m)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&d->retired_mu);
+	for (size_t i = 0; i < d->nretired && !found; i++) {
+		struct ns_rmap *r = &d->retired[i];
+		if (r->dev != m->dev || r->ino != m->ino || r->pos != m->pos ||
+		    r->map_len != m->map_len)
+			continue;
+		m->map = r->map;
+		m->base = r->base;
+		m->pinned = true;
+		d->retired[i] = d->retired[--d->nretired];
+		found = true;
+	}
+	pthread_mutex_unlock(&d->retired_mu);
+	return found;
+}
+
 static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 {
 	struct ns_rmap m = {0};
@@ -71,7 +120,10 @@ static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 		close(fd);
 		return 0;
 	}
-	if (m.map_len) {
+	m.dev = st.st_dev;
+	m.ino = st.st_ino;
+	m.pos = fd_off;
+	if (m.map_len && !rmap_reuse(c->d, &m)) {
 		m.map =
 		    mmap(NULL, m.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)aligned);
 		if (m.map == MAP_FAILED) {
@@ -89,13 +141,13 @@ static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 	struct ns_rmap *nv = realloc(c->rmaps, (c->nrmaps + 1) * sizeof(*nv));
 	if (!nv) {
 		pthread_rwlock_unlock(&c->rlock);
-		ns_rmap_release(&m);
+		ns_rmap_retire(c->d, &m);
 		return -ENOMEM;
 	}
 	c->rmaps = nv;
 	for (size_t i = 0; i < c->nrmaps; i++) {
 		if (c->rmaps[i].id == m.id) { /* announced twice: keep the newest */
-			ns_rmap_release(&c->rmaps[i]);
+			ns_rmap_retire(c->d, &c->rmaps[i]);
 			c->rmaps[i] = m;
 			pthread_rwlock_unlock(&c->rlock);
 			return 0;
@@ -136,7 +188,7 @@ int ns_rx_ctrl(struct ns_conn *c, struct ns_reader *rd, const struct ns_hdr *h)
 		pthread_rwlock_wrlock(&c->rlock);
 		for (size_t i = 0; i < c->nrmaps; i++) {
 			if (c->rmaps[i].id == get_u32(p)) {
-				ns_rmap_release(&c->rmaps[i]);
+				ns_rmap_retire(c->d, &c->rmaps[i]);
 				c->rmaps[i] = c->rmaps[--c->nrmaps];
 				break;
 			}
@@ -209,4 +261,27 @@ int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t le
 		return -DKV_E_GRANT;
 	*ptr = m->base + (raddr - m->addr);
 	return 0;
+}
+
+/* net_map_ptr for the stream backends: only over a shared local mapping. */
+int ns_map_ptr(struct net_conn *cc, uint32_t rkey, uint64_t raddr, size_t len, const void **out)
+{
+	struct ns_conn *c = to_conn(cc);
+	uint8_t *p = NULL;
+	int r;
+
+	if (!c->share)
+		return -ENOTSUP;
+	pthread_rwlock_wrlock(&c->rlock);
+	r = ns_rmap_lookup(c, rkey, raddr, len, NET_ACCESS_REMOTE_READ, &p);
+	for (size_t i = 0; r == 0 && i < c->nrmaps; i++)
+		if (c->rmaps[i].map && p >= c->rmaps[i].base &&
+		    p < c->rmaps[i].base + c->rmaps[i].len)
+			c->rmaps[i].pinned = true; /* kept past this connection */
+	pthread_rwlock_unlock(&c->rlock);
+	if (r == 1)
+		return -ENOTSUP; /* not mapped here: by frame only */
+	if (r == 0)
+		*out = p;
+	return r;
 }

@@ -189,6 +189,59 @@ Test(api, tcp_transport)
 	tnode_stop(&node);
 }
 
+/* A node on this host, running as our uid, maps its memory here: tables
+ * are read in place (scans and gets decode straight from the mapping), with
+ * the same answers as over tcp, where every record is a READ (that the
+ * mapping outlives a connection is tests/net's map_in_place). */
+Test(api, tables_are_read_in_place_over_the_local_transport)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	eng_db *db;
+	eng_iter *it;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	for (int tcp = 0; tcp < 2; tcp++) {
+		topts(&o, &node);
+		o.transport = tcp ? NET_TCP : NET_AUTO;
+		cr_assert_eq(eng_open(&o, &db), 0);
+		if (!tcp) {
+			put_n(db, 0, 3000);
+			cr_assert_eq(eng_flush(db), 0);
+		}
+		{
+			for (unsigned i = 0; i < 3000; i += 7)
+				get_ok(db, i);
+			unsigned n = 0;
+			cr_assert_eq(eng_stats(db, &st), 0);
+			uint64_t r0 = st.remote_reads;
+			cr_assert_eq(eng_iter_create(db, NULL, NULL, 0, NULL, 0, &it), 0);
+			for (int r = eng_iter_first(it); r == 0; r = eng_iter_next(it), n++) {
+				char k[32], v[300];
+				size_t kl, vl, el = tval(v, sizeof(v), n, 100);
+				const void *key = eng_iter_key(it, &kl), *val = eng_iter_value(it, &vl);
+				cr_assert(kl == tkey(k, sizeof(k), n) && !memcmp(key, k, kl),
+					  "key %u out of place", n);
+				cr_assert(vl == el && !memcmp(val, v, vl), "value of key %u", n);
+			}
+			cr_assert_eq(n, 3000);
+			eng_iter_destroy(it);
+			cr_assert_eq(eng_stats(db, &st), 0);
+			if (tcp) {
+				cr_assert_eq(st.tables_in_place, 0, "over tcp");
+				cr_assert_gt(st.remote_reads, r0, "a scan over tcp READ nothing");
+			} else {
+				cr_assert_geq(st.tables_in_place, 1, "no table was mapped");
+				cr_assert_eq(st.remote_reads, r0, "a scan in place READ %llu times",
+					     (unsigned long long)(st.remote_reads - r0));
+			}
+		}
+		cr_assert_eq(eng_close(db), 0);
+	}
+	tnode_stop(&node);
+}
+
 Test(api, damaged_table_reports_corrupt)
 {
 	struct tnode node;
