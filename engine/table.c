@@ -71,8 +71,10 @@ static void table_buf_free(void *ctx, void *p)
 	mn_buf_free(t->db->mc, p);
 }
 
-/* The table's bytes in place, or NULL (READ them).  Asked of the node's
- * client once per table. */
+/* The table's bytes in place, or NULL (READ them).  The node's client is
+ * asked until it answers for good: with the bytes, or -ENOTSUP (not mapped
+ * here).  Any other error (the node unreachable just then) leaves this read
+ * to a READ, which reports it, and asks again next time. */
 static const uint8_t *table_base(struct eng_table *t)
 {
 	uintptr_t b = atomic_load_explicit(&t->base, memory_order_acquire);
@@ -80,8 +82,11 @@ static const uint8_t *table_base(struct eng_table *t)
 
 	if (b == 0) {
 		uintptr_t was = 0;
+		int r = mn_map(t->db->mc, t->off, t->len, &p);
 
-		b = mn_map(t->db->mc, t->off, t->len, &p) ? 1 : (uintptr_t)p;
+		if (r && r != -ENOTSUP)
+			return NULL;
+		b = r ? 1 : (uintptr_t)p;
 		if (!atomic_compare_exchange_strong(&t->base, &was, b))
 			b = was; /* another thread asked first */
 		else if (b != 1)

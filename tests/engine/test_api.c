@@ -202,11 +202,14 @@ Test(api, tables_are_read_in_place_over_the_local_transport)
 	eng_iter *it;
 
 	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
-	for (int tcp = 0; tcp < 2; tcp++) {
+	/* written and read over local; reopened over tcp; reopened over local,
+	 * the tables now opened with the volume */
+	for (int round = 0; round < 3; round++) {
+		int tcp = round == 1;
 		topts(&o, &node);
 		o.transport = tcp ? NET_TCP : NET_AUTO;
 		cr_assert_eq(eng_open(&o, &db), 0);
-		if (!tcp) {
+		if (round == 0) {
 			put_n(db, 0, 3000);
 			cr_assert_eq(eng_flush(db), 0);
 		}
