@@ -79,7 +79,7 @@ out_nomem:
 
 /* ---- records ----------------------------------------------------------- */
 
-int sst_record_decode(const void *p, size_t len, struct sst_record *rec)
+static int record_decode(const void *p, size_t len, struct sst_record *rec, bool check)
 {
 	const uint8_t *b = p, *end = b + len, *q;
 	uint64_t iklen, vlen;
@@ -98,7 +98,7 @@ int sst_record_decode(const void *p, size_t len, struct sst_record *rec)
 	hdr = (size_t)(q - b);
 	if (iklen + vlen > len - hdr)
 		return -EBADMSG;
-	if (!crc_ok(get_u32(b), crc32c(b + 4, hdr - 4 + iklen + vlen)))
+	if (check && !crc_ok(get_u32(b), crc32c(b + 4, hdr - 4 + iklen + vlen)))
 		return -DKV_E_CORRUPT;
 	if ((ikey_trailer(q, iklen) & 0xff) > IKEY_TYPE_MAX)
 		return -EBADMSG;
@@ -108,6 +108,25 @@ int sst_record_decode(const void *p, size_t len, struct sst_record *rec)
 	rec->vlen = vlen;
 	rec->size = hdr + iklen + vlen;
 	return 0;
+}
+
+int sst_record_decode(const void *p, size_t len, struct sst_record *rec)
+{
+	return record_decode(p, len, rec, true);
+}
+
+int sst_record_decode_once(const void *p, size_t len, struct sst_record *rec,
+			   uint64_t *checked, uint64_t rno)
+{
+	if (!checked)
+		return record_decode(p, len, rec, true);
+	uint64_t *w = &checked[rno / 64], bit = UINT64_C(1) << (rno % 64);
+	bool seen = __atomic_load_n(w, __ATOMIC_RELAXED) & bit;
+	int r = record_decode(p, len, rec, !seen);
+
+	if (!r && !seen)
+		__atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
+	return r;
 }
 
 /* ---- footer ------------------------------------------------------------ */
@@ -472,6 +491,11 @@ size_t sst_index_mem_bytes(const struct sst_index *idx)
 	return idx->mem_bytes;
 }
 
+size_t sst_checked_words(const struct sst_index *idx)
+{
+	return ((size_t)idx->nrecords + 63) / 64;
+}
+
 bool sst_index_may_contain(const struct sst_index *idx, const void *ukey, size_t ulen)
 {
 	return bloom_may_match(idx->filter, idx->filter_len, ukey, ulen);
@@ -604,6 +628,7 @@ int sst_index_lookup(const struct sst_index *idx, const void *ukey, size_t ulen,
 			if (found < max) {
 				cands[found].off = roff[i];
 				cands[found].len = (uint32_t)(roff[i + 1] - roff[i]);
+				cands[found].rno = r0 + i;
 			}
 			found++;
 		}

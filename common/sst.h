@@ -145,6 +145,17 @@ struct sst_record {
  * READ of a lookup candidate, also require rec->size == cand.len (else the
  * table is corrupt: -DKV_E_CORRUPT). */
 int sst_record_decode(const void *p, size_t len, struct sst_record *rec);
+/* sst_record_decode of record number rno of a table whose bytes nobody
+ * writes while they are read (a table decoded in place, sst_source.base).
+ * checked is the table's bitmap of records that passed their CRC in these
+ * same bytes (sst_checked_words() words, zeroed when the bytes were
+ * mapped; shared by every reader, updated atomically): a record whose bit
+ * is set is decoded with every bound checked but not its CRC; one that
+ * passes sets its bit.  The CRC is then paid once per record per mapping,
+ * the way a block read from disk is checked once when it enters a block
+ * cache.  checked NULL: sst_record_decode. */
+int sst_record_decode_once(const void *p, size_t len, struct sst_record *rec,
+			   uint64_t *checked, uint64_t rno);
 
 /* ---- footer ------------------------------------------------------------ */
 
@@ -191,6 +202,9 @@ struct sst_source {
 	void *(*buf_alloc)(void *ctx, size_t len);
 	void (*buf_free)(void *ctx, void *p);
 	uint64_t size;          /* bytes of the table */
+	/* optional, with base only, for iterators: the records already checked
+	 * in these bytes (sst_record_decode_once; the caller owns it) */
+	uint64_t *checked;
 };
 
 /* Load the index through a source: base → parse in place; read → one READ of
@@ -207,6 +221,10 @@ const struct sst_meta *sst_index_meta(const struct sst_index *idx);
  * filter), for eng_stats.index_cache_bytes. */
 size_t sst_index_mem_bytes(const struct sst_index *idx);
 
+/* Words of a bitmap with one bit per record of the table
+ * (sst_record_decode_once). */
+size_t sst_checked_words(const struct sst_index *idx);
+
 /* Bloom filter only: false = the user key is certainly not in the table. */
 bool sst_index_may_contain(const struct sst_index *idx, const void *ukey, size_t ulen);
 
@@ -214,6 +232,7 @@ bool sst_index_may_contain(const struct sst_index *idx, const void *ukey, size_t
 struct sst_cand {
 	uint64_t off;   /* table offset of the record */
 	uint32_t len;   /* its exact size: READ exactly [off, off+len) */
+	uint32_t rno;   /* its number in the table (sst_record_decode_once) */
 };
 /* Point lookup of user key ukey as of snapshot snap_seq (IKEY_SEQ_MAX:
  * latest).  Fills cands (up to max) with the records that may hold it, in
@@ -254,7 +273,8 @@ struct sst_iter_opts {
  * movement then reads runs starting at SST_READAHEAD_MIN and doubling up to
  * `readahead`; a record larger than the run gets one read of its own size;
  * local sources are parsed in place.  seek uses the separators to jump, prev
- * uses the record lengths from the index.  Every record is checksummed:
+ * uses the record lengths from the index.  Every record is checksummed
+ * (with src->checked: once per bitmap, sst_record_decode_once):
  * -DKV_E_CORRUPT / -EBADMSG become the iterator's sticky status, as do read
  * errors.  key()/value() point into the iterator's window (or the local
  * table) and stay valid until the next movement.  o may be NULL.

@@ -7,6 +7,8 @@
  *
  * Bytes come from the source:
  *   local  (base != NULL): records are decoded in place, nothing is copied;
+ *          with src.checked, a record's CRC is checked once per bitmap
+ *          (sst_record_decode_once);
  *   remote (read != NULL): records are served from a window [win_off,
  *          win_off + win_len) of the table.  A miss refills the window with
  *          one read:  after next():  [off, off + run)
@@ -165,7 +167,8 @@ static int si_load(struct sst_iter *s, uint32_t i, enum fill_mode mode)
 		if (err)
 			return si_fail(s, err);
 	}
-	err = sst_record_decode(p, len, &s->rec);
+	err = sst_record_decode_once(p, len, &s->rec, s->src.checked,
+				     (uint64_t)s->g * s->idx->group_size + i);
 	if (!err && s->rec.size != len)
 		err = -DKV_E_CORRUPT; /* the index and the data disagree */
 	if (err)
@@ -314,7 +317,8 @@ int sst_iter_create(const struct sst_index *idx, const struct sst_source *src,
 {
 	struct sst_iter *s;
 
-	if (!idx || !src || !src->base == !src->read || src->size != idx->meta.size)
+	if (!idx || !src || !src->base == !src->read || src->size != idx->meta.size ||
+	    (src->checked && !src->base))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

@@ -861,7 +861,7 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 			st->tables++;
 			st->table_bytes += t->len;
 			st->live_keys_estimate += t->meta.nukeys;
-			st->index_cache_bytes += sst_index_mem_bytes(t->idx);
+			st->index_cache_bytes += eng_table_mem_bytes(t);
 			st->index_cache_keys += t->meta.nrecords;
 			if (l < 8)
 				st->tables_per_level[l]++;

@@ -139,6 +139,10 @@ struct eng_table {
 	/* engine/table.c: the table's bytes in place (mn_map); 0 not tried yet,
 	 * 1 not mapped here (READ them), else their address */
 	_Atomic uintptr_t base;
+	/* engine/table.c: the records whose CRC was checked in place
+	 * (sst_record_decode_once); NULL until the first in-place read, and
+	 * always for read-only opens */
+	_Atomic(uint64_t *) checked;
 	_Atomic uint64_t gc_epoch; /* engine/gc.c: looked at after this many flushes and
 				    * snapshot releases (+1) */
 	struct eng_db *db;
@@ -148,6 +152,9 @@ int eng_table_open(struct eng_db *db, uint64_t number, uint64_t off, uint64_t le
 /* A table just built here: takes idx (no READ needed). */
 int eng_table_adopt(struct eng_db *db, uint64_t number, uint64_t off, uint64_t len, int owner,
 		    struct sst_index *idx, struct eng_table **out);
+/* Compute-node bytes t holds: its index and filter, and its bitmap of
+ * records checked in place (eng_stats.index_cache_bytes). */
+size_t eng_table_mem_bytes(struct eng_table *t);
 void eng_table_ref(struct eng_table *t);
 void eng_table_unref(struct eng_table *t);
 /* Can user key k lie in t's key range?  (Every point lookup asks, per table.) */

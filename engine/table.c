@@ -16,7 +16,12 @@
  * here (the local transport, trusted peer), records are decoded straight
  * from the mapping (mn_map), without a READ and without the copy one costs.
  * An installed table is never written again, and its extent is freed only
- * after the last reference, so the bytes stay the table's while read.
+ * after the last reference, so the bytes stay the table's while read.  So
+ * the writer checks each record's CRC in place once, the first time it
+ * reads it (a bitmap per table, sst_record_decode_once), as a block is
+ * checked once when it enters a block cache.  A read-only open checks every
+ * time: the writer may free and reuse its tables' space under it
+ * (docs/durability.md, "Not covered yet").
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -95,14 +100,45 @@ static const uint8_t *table_base(struct eng_table *t)
 	return b == 1 ? NULL : (const uint8_t *)b;
 }
 
+/* The bitmap of t's records already checked in place, made on first use
+ * (after the index is loaded); NULL: check every time. */
+static uint64_t *table_checked(struct eng_table *t)
+{
+	uint64_t *c = atomic_load_explicit(&t->checked, memory_order_acquire);
+
+	if (c || t->db->read_only || !t->idx)
+		return c;
+	size_t words = sst_checked_words(t->idx);
+	uint64_t *mine = calloc(words ? words : 1, sizeof(*mine));
+
+	if (!mine)
+		return NULL; /* checked every time: slower, not wrong */
+	if (!atomic_compare_exchange_strong(&t->checked, &c, mine)) {
+		free(mine); /* another thread made it first */
+		return c;
+	}
+	return mine;
+}
+
+size_t eng_table_mem_bytes(struct eng_table *t)
+{
+	size_t n = sst_index_mem_bytes(t->idx);
+
+	if (atomic_load_explicit(&t->checked, memory_order_relaxed))
+		n += sst_checked_words(t->idx) * sizeof(uint64_t);
+	return n;
+}
+
 static void table_source(struct eng_table *t, struct sst_source *src)
 {
 	memset(src, 0, sizeof(*src));
 	src->ctx = t;
 	src->size = t->len;
 	src->base = table_base(t);
-	if (src->base)
+	if (src->base) {
+		src->checked = table_checked(t);
 		return;
+	}
 	src->read = table_read;
 	src->buf_alloc = table_buf_alloc;
 	src->buf_free = table_buf_free;
@@ -199,6 +235,7 @@ void eng_table_unref(struct eng_table *t)
 	}
 	sst_index_destroy(t->idx);
 	sst_meta_release(&t->meta);
+	free(atomic_load(&t->checked));
 	free(t);
 }
 
@@ -229,7 +266,8 @@ static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const v
 			goto out;
 		p = buf;
 	}
-	r = sst_record_decode(p, c->len, &rec);
+	r = base ? sst_record_decode_once(p, c->len, &rec, table_checked(t), c->rno)
+		 : sst_record_decode(p, c->len, &rec);
 	if (!r && rec.size != c->len)
 		r = -DKV_E_CORRUPT;
 	if (!r)

@@ -648,6 +648,7 @@ Test(ikey, order_encode_parse_format)
 struct reader_arg {
 	const struct sstm_built *bt;
 	const struct sst_index *idx;
+	uint64_t *checked; /* shared by the threads (sst_record_decode_once) */
 	uint64_t seed;
 	int errors;
 };
@@ -655,7 +656,8 @@ struct reader_arg {
 static void *reader_thread(void *p)
 {
 	struct reader_arg *a = p;
-	struct sst_source ls = { .base = a->bt->tb.p, .size = a->bt->tb.len };
+	struct sst_source ls = { .base = a->bt->tb.p, .size = a->bt->tb.len,
+				 .checked = a->checked };
 	struct dkv_iter *it;
 	uint64_t s = a->seed;
 
@@ -679,7 +681,8 @@ static void *reader_thread(void *p)
 	return NULL;
 }
 
-/* One index shared by several threads (make SANITIZE=thread checks it). */
+/* One index, and one bitmap of records checked in place, shared by several
+ * threads (make SANITIZE=thread checks it). */
 Test(sst, index_shared_between_threads)
 {
 	struct sstm_gen g = { .seed = 14, .nukeys = 5000, .max_versions = 2, .vmax = 30,
@@ -690,14 +693,18 @@ Test(sst, index_shared_between_threads)
 	pthread_t th[4];
 
 	cr_assert_eq(sstm_built_make(&g, &bt, &idx), 0);
+	uint64_t *checked = calloc(sst_checked_words(idx), sizeof(*checked));
+	cr_assert(checked);
 	for (int i = 0; i < 4; i++) {
-		args[i] = (struct reader_arg){ .bt = &bt, .idx = idx, .seed = 100 + (uint64_t)i };
+		args[i] = (struct reader_arg){ .bt = &bt, .idx = idx, .checked = checked,
+					       .seed = 100 + (uint64_t)i };
 		cr_assert_eq(pthread_create(&th[i], NULL, reader_thread, &args[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
 		cr_assert_eq(args[i].errors, 0, "thread %d saw %d errors", i, args[i].errors);
 	}
+	free(checked);
 	sst_index_destroy(idx);
 	sstm_built_release(&bt);
 }

@@ -317,3 +317,89 @@ Test(sst, bad_blocks_with_valid_checksums, .timeout = 50)
 	free(copy);
 	sstm_built_release(&bt);
 }
+
+/* Count the records an iterator over src reaches and the error it ends on
+ * (1: the end, no error). */
+static int scan(const struct sst_index *idx, const struct sst_source *src, size_t *n)
+{
+	struct dkv_iter *it;
+	int r;
+
+	cr_assert_eq(sst_iter_create(idx, src, NULL, &it), 0);
+	*n = 0;
+	for (r = dkv_iter_first(it); r == 0; r = dkv_iter_next(it))
+		(*n)++;
+	dkv_iter_destroy(it);
+	return r;
+}
+
+/* sst_record_decode_once (docs/sstable.md, "Checked once in place"): a
+ * record's CRC is checked the first time it is read through a bitmap and
+ * not again through that bitmap; a record that fails keeps its bit clear
+ * and fails every time; a fresh bitmap, or none, checks again; bounds are
+ * always checked; a remote source refuses a bitmap. */
+Test(sst, records_in_place_are_checked_once_per_bitmap)
+{
+	struct sstm_gen g = { .seed = 7, .nukeys = 200, .max_versions = 1, .vmax = 100,
+			      .family = 'c' };
+	struct sstm_built bt;
+	struct sst_index *idx;
+	size_t n;
+
+	cr_assert_eq(sstm_built_make(&g, &bt, &idx), 0);
+	size_t words = sst_checked_words(idx);
+	cr_assert_eq(words, (bt.t.n + 63) / 64);
+	uint64_t *bits = calloc(words, sizeof(*bits)), *fresh = calloc(words, sizeof(*fresh));
+	cr_assert(bits && fresh);
+	struct sst_source src = { .base = bt.tb.p, .size = bt.tb.len, .checked = bits };
+
+	cr_assert_eq(scan(idx, &src, &n), 1);
+	cr_assert_eq(n, bt.t.n);
+	size_t set = 0;
+	for (size_t w = 0; w < words; w++)
+		set += (size_t)__builtin_popcountll(bits[w]);
+	cr_assert_eq(set, bt.t.n, "a record read and found sound was not marked");
+
+	/* Damage the value of record 100 (its CRC is now wrong). */
+	struct sst_cand c[4];
+	uint8_t uk[64];
+	size_t ul = 0;
+	struct ikey_parsed ik;
+	cr_assert_eq(ikey_parse(bt.t.r[100].ik, bt.t.r[100].iklen, &ik), 0);
+	memcpy(uk, ik.ukey, ik.ulen);
+	ul = ik.ulen;
+	cr_assert_eq(sst_index_lookup(idx, uk, ul, IKEY_SEQ_MAX, c, 4), 1);
+	cr_assert_eq(c[0].rno, 100, "the candidate's record number");
+	bt.tb.p[c[0].off + c[0].len - 1] ^= 0x40;
+
+	struct sst_record rec;
+	cr_assert_eq(sst_record_decode_once(bt.tb.p + c[0].off, c[0].len, &rec, bits, c[0].rno), 0,
+		     "a record checked before was checked again");
+	cr_assert_eq(scan(idx, &src, &n), 1);
+	cr_assert_eq(n, bt.t.n);
+	/* A fresh bitmap, or none, finds the damage, and keeps finding it. */
+	cr_assert_eq(sst_record_decode_once(bt.tb.p + c[0].off, c[0].len, &rec, fresh, c[0].rno),
+		     -DKV_E_CORRUPT);
+	cr_assert_eq(fresh[100 / 64] & (UINT64_C(1) << (100 % 64)), 0, "a failing record was marked");
+	cr_assert_eq(sst_record_decode_once(bt.tb.p + c[0].off, c[0].len, &rec, fresh, c[0].rno),
+		     -DKV_E_CORRUPT);
+	src.checked = fresh;
+	cr_assert_eq(scan(idx, &src, &n), -DKV_E_CORRUPT);
+	cr_assert_eq(n, 100, "the scan stops at the damaged record");
+	src.checked = NULL;
+	cr_assert_eq(scan(idx, &src, &n), -DKV_E_CORRUPT);
+	cr_assert_eq(sst_record_decode_once(bt.tb.p + c[0].off, c[0].len, &rec, NULL, c[0].rno),
+		     -DKV_E_CORRUPT);
+	/* Bounds are checked whatever the bitmap says. */
+	cr_assert_eq(sst_record_decode_once(bt.tb.p + c[0].off, c[0].len - 1, &rec, bits, c[0].rno),
+		     -EBADMSG);
+
+	struct sst_source remote = { .read = never_read, .size = bt.tb.len, .checked = bits };
+	struct dkv_iter *it;
+	cr_assert_eq(sst_iter_create(idx, &remote, NULL, &it), -EINVAL,
+		     "a bitmap over bytes read by copy");
+	free(bits);
+	free(fresh);
+	sst_index_destroy(idx);
+	sstm_built_release(&bt);
+}

@@ -245,49 +245,145 @@ Test(api, tables_are_read_in_place_over_the_local_transport)
 	tnode_stop(&node);
 }
 
-Test(api, damaged_table_reports_corrupt)
+/* Damage in the node's memory itself (the backing file it maps shared; a
+ * sealed table could not be written by a client): 64 bytes every KiB of t's
+ * data area, not the tail its index came from. */
+static void damage(const char *backing, const struct eng_table *t)
 {
-	struct tnode node;
-	struct eng_options o;
-	struct eng_table *t;
-	eng_db *db;
-	eng_iter *it;
 	uint8_t junk[64];
-	void *v;
-	size_t vl;
-	int r, bad = 0;
-
-	char backing[64];
-	snprintf(backing, sizeof(backing), "/tmp/dkvfs-test-damaged-%d", (int)getpid());
-	unlink(backing);
-	cr_assert_eq(tnode_start(&node, 128u << 20, backing, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 1u << 20;
-	cr_assert_eq(eng_open(&o, &db), 0);
-	put_n(db, 0, 200);
-	cr_assert_eq(eng_flush(db), 0);
-	cr_assert_eq(db->current->nfiles[0], 1);
-	t = db->current->files[0][0];
-	memset(junk, 0x5a, sizeof(junk));
-	/* Damage in the node's memory itself (the backing file it maps
-	 * shared; a sealed table could not be written by a client): the data
-	 * area, not the tail the index came from. */
 	int fd = open(backing, O_RDWR);
+
+	memset(junk, 0x5a, sizeof(junk));
 	cr_assert_geq(fd, 0);
 	for (uint64_t off = 0; off + sizeof(junk) < t->meta.data_len; off += 1024)
 		cr_assert_eq(pwrite(fd, junk, sizeof(junk), (off_t)(t->off + off)),
 			     (ssize_t)sizeof(junk));
 	close(fd);
-	for (unsigned i = 0; i < 200; i++) {
-		char k[32];
+}
 
-		r = eng_get(db, NULL, k, tkey(k, sizeof(k), i), &v, &vl);
+/* A node whose region is the file backing (named after what), and a volume
+ * on it holding keys 0..199 in one table. */
+static eng_db *one_table(struct tnode *node, struct eng_options *o, char *backing, size_t cap,
+			 const char *what)
+{
+	eng_db *db;
+
+	snprintf(backing, cap, "/tmp/dkvfs-test-%s-%d", what, (int)getpid());
+	unlink(backing);
+	cr_assert_eq(tnode_start(node, 128u << 20, backing, NULL), 0);
+	topts(o, node);
+	o->memtable_size = 1u << 20;
+	cr_assert_eq(eng_open(o, &db), 0);
+	put_n(db, 0, 200);
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(db->current->nfiles[0], 1);
+	return db;
+}
+
+/* Flip the last byte (in the value) of the record of every tenth key of
+ * 0..n-1 in t, in the node's memory: only the records' CRCs can tell. */
+static void damage_values(const char *backing, struct eng_table *t, unsigned n)
+{
+	int fd = open(backing, O_RDWR);
+
+	cr_assert_geq(fd, 0);
+	for (unsigned i = 0; i < n; i += 10) {
+		char k[32];
+		struct sst_cand c;
+		uint8_t b;
+
+		cr_assert_eq(sst_index_lookup(t->idx, k, tkey(k, sizeof(k), i), UINT64_MAX, &c, 1), 1);
+		off_t at = (off_t)(t->off + c.off + c.len - 1);
+		cr_assert_eq(pread(fd, &b, 1, at), 1);
+		b ^= 0x40;
+		cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+	}
+	close(fd);
+}
+
+/* Gets of keys 0..n-1 that fail with -DKV_E_CORRUPT (the others succeed). */
+static unsigned count_corrupt(eng_db *db, unsigned n)
+{
+	unsigned bad = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		char k[32];
+		void *v;
+		size_t vl;
+		int r = eng_get(db, NULL, k, tkey(k, sizeof(k), i), &v, &vl);
+
 		cr_assert(r == 0 || r == -DKV_E_CORRUPT, "key %u: %d", i, r);
 		if (r == 0)
 			free(v);
 		bad += r == -DKV_E_CORRUPT;
 	}
-	cr_assert_gt(bad, 0);
+	return bad;
+}
+
+/* The scan's end: 1 at the end, else its error. */
+static int scan_all(eng_db *db)
+{
+	eng_iter *it;
+	int r;
+
+	cr_assert_eq(eng_iter_create(db, NULL, NULL, 0, NULL, 0, &it), 0);
+	for (r = eng_iter_first(it); r == 0; r = eng_iter_next(it))
+		;
+	eng_iter_destroy(it);
+	return r;
+}
+
+/* docs/engine.md, "In place": the writer checks a table record's CRC the
+ * first time it reads it in place, not again; a read-only open, whose
+ * tables the writer may free and reuse under it, checks every time. */
+Test(api, in_place_the_writer_checks_a_record_once_a_read_only_open_every_time)
+{
+	struct tnode node;
+	struct eng_options o, ro;
+	struct eng_stats st;
+	eng_db *db, *rdb;
+	char backing[64];
+
+	db = one_table(&node, &o, backing, sizeof(backing), "once");
+	ro = o;
+	ro.read_only = true;
+	cr_assert_eq(eng_open(&ro, &rdb), 0);
+	cr_assert_eq(count_corrupt(db, 200), 0);
+	cr_assert_eq(scan_all(db), 1);
+	cr_assert_eq(count_corrupt(rdb, 200), 0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_geq(st.tables_in_place, 1, "the table was not read in place");
+	cr_assert_eq(eng_stats(rdb, &st), 0);
+	cr_assert_geq(st.tables_in_place, 1, "the read-only open did not read in place");
+
+	damage_values(backing, db->current->files[0][0], 200);
+	cr_assert_eq(count_corrupt(db, 200), 0, "the writer checked a record again");
+	cr_assert_eq(scan_all(db), 1, "the writer's scan checked a record again");
+	cr_assert_eq(count_corrupt(rdb, 200), 20, "the read-only open did not check");
+	cr_assert_eq(scan_all(rdb), -DKV_E_CORRUPT);
+	cr_assert_eq(eng_close(rdb), 0);
+	cr_assert_eq(eng_close(db), 0);
+	/* A reopen maps the table anew and checks again. */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(count_corrupt(db, 200), 20, "the reopened writer did not check");
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	unlink(backing);
+}
+
+Test(api, damaged_table_reports_corrupt)
+{
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+	eng_iter *it;
+	int r;
+
+	char backing[64];
+
+	db = one_table(&node, &o, backing, sizeof(backing), "damaged");
+	damage(backing, db->current->files[0][0]);
+	cr_assert_gt(count_corrupt(db, 200), 0);
 	cr_assert_eq(eng_iter_create(db, NULL, NULL, 0, NULL, 0, &it), 0);
 	for (r = eng_iter_first(it); r == 0; r = eng_iter_next(it))
 		;
