@@ -196,6 +196,17 @@ int eng_alloc_get_outside(struct eng_alloc *a, uint64_t len, uint64_t avoid, uin
 	return -ENOSPC;
 }
 
+uint64_t eng_alloc_largest(const struct eng_alloc *a, uint64_t avoid)
+{
+	uint64_t best = 0;
+
+	for (size_t j = 0; j < a->n; j++)
+		for (size_t i = 0; a->slabs[j].off != avoid && i < a->slabs[j].nfree; i++)
+			if (a->slabs[j].free[i].len > best)
+				best = a->slabs[j].free[i].len;
+	return best;
+}
+
 void eng_alloc_put(struct eng_alloc *a, uint64_t off, uint64_t len)
 {
 	struct slab *s = slab_of(a, off);

@@ -270,6 +270,8 @@ int eng_alloc_mark(struct eng_alloc *a, uint64_t off, uint64_t len);
 int eng_alloc_get(struct eng_alloc *a, uint64_t len, uint64_t *off);
 /* The same, never from the slab that starts at avoid (UINT64_MAX: any). */
 int eng_alloc_get_outside(struct eng_alloc *a, uint64_t len, uint64_t avoid, uint64_t *off);
+/* The length of the largest free extent outside the slab at avoid (0: none). */
+uint64_t eng_alloc_largest(const struct eng_alloc *a, uint64_t avoid);
 /* Each slab with its free bytes, up to max of them; returns how many slabs
  * there are. */
 struct eng_slab_use {

@@ -191,6 +191,10 @@ out:
  * FLUSH_PIECE_MIN).  A full node must still be able to flush the deletes
  * that will free it. */
 #define FLUSH_PIECE_MIN (1u << 20)
+/* ... and then, with no 1 MiB extent anywhere, the largest hole of the
+ * slabs if it is at least this large (a piece holds what is left of it after
+ * tail_estimate's 64 KiB). */
+#define FLUSH_CRUMB_MIN (128u << 10)
 #define FLUSH_MAX_PIECES 64
 
 /* A table in a run of its own (write_sealed), not installed: back to the
@@ -414,6 +418,21 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 			est = est / 2 > FLUSH_PIECE_MIN ? est / 2 : FLUSH_PIECE_MIN;
 			cut = true;
 			r = piece_space(db, pl, est, &fo.off);
+		}
+		if (r == -ENOSPC) {
+			/* Not 1 MiB free anywhere: the slabs' largest hole, if
+			 * it holds a useful piece.  A full node of small slabs
+			 * has its free space in crumbs between tables (a 32 MiB
+			 * node of 1 MiB slabs: 3 MiB free in 17 slabs, none
+			 * with 1 MiB, and the deletes could not be flushed). */
+			uint64_t h = eng_alloc_largest(db->alloc, pl && pl->holes_only ?
+								 pl->avoid_off : UINT64_MAX);
+
+			if (h >= FLUSH_CRUMB_MIN && h < est) {
+				est = h;
+				cut = true;
+				r = piece_space(db, pl, est, &fo.off);
+			}
 		}
 		pc->number = pl && pl->number ? pl->number : db->next_number++;
 		pthread_mutex_unlock(&db->man_mu);

@@ -93,6 +93,18 @@ int eng_wal_new_segment(struct eng_db *db, uint64_t min_len)
 	if (r)
 		return r;
 	r = eng_space_get(db, len, &off);
+	if (r == -ENOSPC) {
+		/* A full node: a shorter segment in the slabs' largest hole (the
+		 * memtable's records then span more segments), as a flush goes
+		 * into pieces; the deletes that free the node must be logged. */
+		uint64_t need = min_len > WAL_SEG_MIN ? min_len : WAL_SEG_MIN;
+		uint64_t h = eng_alloc_largest(db->alloc, UINT64_MAX) & ~(uint64_t)(WAL_SEG_MIN - 1);
+
+		if (h >= need && h < len) {
+			len = h;
+			r = eng_space_get(db, len, &off);
+		}
+	}
 	if (r)
 		return r;
 	log_no = db->next_number++;

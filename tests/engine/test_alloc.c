@@ -110,3 +110,27 @@ Test(alloc, take_empty_slab_keeps_reserve)
 	cr_assert_eq(eng_alloc_free_bytes(a), 0);
 	eng_alloc_destroy(a);
 }
+
+/* The largest free extent, and the same outside one slab (what a flush or
+ * a WAL segment on a full node sizes itself to). */
+Test(alloc, largest_hole_outside_a_slab)
+{
+	struct eng_alloc *a;
+	uint64_t o1, o2, got;
+
+	cr_assert_eq(eng_alloc_create(&a), 0);
+	cr_assert_eq(eng_alloc_largest(a, UINT64_MAX), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, 1 << 20, 1 << 20), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, 4 << 20, 1 << 20), 0);
+	cr_assert_eq(eng_alloc_get(a, 700 << 10, &o1), 0); /* first slab: 324 KiB left */
+	cr_assert_eq(eng_alloc_get(a, 900 << 10, &o2), 0); /* second: 124 KiB left */
+	cr_assert_eq(o2, 4 << 20);
+	cr_assert_eq(eng_alloc_largest(a, UINT64_MAX), 324 << 10);
+	cr_assert_eq(eng_alloc_largest(a, 1 << 20), 124 << 10);
+	cr_assert_eq(eng_alloc_largest(a, 4 << 20), 324 << 10);
+	/* what it reports can be had */
+	cr_assert_eq(eng_alloc_get(a, eng_alloc_largest(a, UINT64_MAX), &got), 0);
+	cr_assert_eq(got, (1 << 20) + (700 << 10));
+	cr_assert_eq(eng_alloc_largest(a, UINT64_MAX), 124 << 10);
+	eng_alloc_destroy(a);
+}

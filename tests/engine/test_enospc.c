@@ -522,6 +522,54 @@ Test(enospc, a_small_flush_fits_a_hole_in_a_slab, .timeout = 60)
 	tnode_stop(&node);
 }
 
+/* With no 1 MiB extent free anywhere, a memtable of 1 MiB and more flushes
+ * into the holes its volume's slabs have between tables, as several
+ * tables.  (The flush halved its request down to 1 MiB and no further: on a
+ * full node of 1 MiB slabs with 3 MiB free in holes of a few hundred KiB it
+ * failed for good, and a delete with it.)  HOLE_FLUSHES flushes of
+ * HOLE_RECS records each take a slab of their own and leave a hole of about
+ * 250 KiB behind; another volume takes every page left; then NFIT records
+ * must flush. */
+#define HOLE_FLUSHES 12
+#define HOLE_RECS 650
+Test(enospc, a_flush_fits_holes_smaller_than_a_page, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct mn_client *c;
+	static struct mn_extent slabs[FILL_MAX];
+	static uint32_t tags[HOLE_FLUSHES * HOLE_RECS + NFIT];
+	const unsigned base = HOLE_FLUSHES * HOLE_RECS;
+	uint64_t largest, free_bytes;
+	unsigned ns;
+	eng_db *db;
+	int r;
+
+	open_small(&node, &o, &db);
+	for (unsigned i = 0; i < HOLE_FLUSHES; i++) {
+		put_range(db, tags, i * HOLE_RECS, (i + 1) * HOLE_RECS);
+		cr_assert_eq(eng_flush(db), 0);
+	}
+	put_range(db, tags, base, base + NFIT);
+	filler_fill(&node, &c, slabs, &ns);
+	pthread_mutex_lock(&db->man_mu);
+	largest = eng_alloc_largest(db->alloc, UINT64_MAX);
+	free_bytes = eng_alloc_free_bytes(db->alloc);
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert(largest >= (128u << 10) && largest < (1u << 20) && free_bytes >= (2u << 20),
+		  "the setup: holes of %llu bytes at most, %llu in all",
+		  (unsigned long long)largest, (unsigned long long)free_bytes);
+	r = eng_flush(db);
+	cr_assert_eq(r, 0, "flush into the holes of a full node's slabs: %s", dkv_strerror(r));
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_geq(st.tables, HOLE_FLUSHES + 2, "%llu tables", (unsigned long long)st.tables);
+	check_all(db, tags, base + NFIT);
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(c);
+	tnode_stop(&node);
+}
+
 struct late_free {
 	struct mn_client *c;
 	const struct mn_extent *slabs;
