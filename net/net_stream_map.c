@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,11 +33,19 @@ void ns_announce_mr(struct ns_conn *c, const struct ns_mr *m)
 	ns_tx_ctrl(c, NS_MR_ADD, p, sizeof(p), m->fd);
 }
 
+static void rmap_close(struct ns_rmap *m)
+{
+	if (m->fd >= 0)
+		close(m->fd);
+	m->fd = -1;
+}
+
 void ns_rmap_release(struct ns_rmap *m)
 {
 	if (m->map)
 		munmap(m->map, m->map_len);
 	m->map = NULL;
+	rmap_close(m);
 }
 
 void ns_rmap_retire(struct ns_domain *d, struct ns_rmap *m)
@@ -45,6 +54,7 @@ void ns_rmap_retire(struct ns_domain *d, struct ns_rmap *m)
 		ns_rmap_release(m);
 		return;
 	}
+	rmap_close(m); /* kept for pointers into it only */
 	pthread_mutex_lock(&d->retired_mu);
 	struct ns_rmap *nv = realloc(d->retired, (d->nretired + 1) * sizeof(*nv));
 	if (nv) {
@@ -90,7 +100,7 @@ static bool rmap_reuse(struct ns_domain *d, struct ns_rmap *m)
 
 static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 {
-	struct ns_rmap m = {0};
+	struct ns_rmap m = {.fd = -1};
 	int fd = ns_inbox_pop(c);
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t fd_off, aligned;
@@ -135,7 +145,10 @@ static int rx_mr_add(struct ns_conn *c, const uint8_t *p, uint32_t len)
 		}
 		m.base = (uint8_t *)m.map + (fd_off - aligned);
 	}
-	close(fd);
+	if (m.map)
+		m.fd = fd; /* ns_rmap_write */
+	else
+		close(fd);
 
 	pthread_rwlock_wrlock(&c->rlock);
 	struct ns_rmap *nv = realloc(c->rmaps, (c->nrmaps + 1) * sizeof(*nv));
@@ -236,7 +249,7 @@ void ns_announce_all(struct ns_conn *c)
  * peer that we have mapped?  rlock held.  0 and *ptr; 1 unknown here (go by
  * frame, the responder decides); -DKV_E_GRANT. */
 int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t len, unsigned want,
-		   uint8_t **ptr)
+		   uint8_t **ptr, const struct ns_rmap **map)
 {
 	const struct ns_key *g = ns_kt_find(&c->rgrants, rkey);
 	const struct ns_rmap *m = NULL;
@@ -260,7 +273,46 @@ int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t le
 	if (!ns_key_covers(&(struct ns_key){.addr = m->addr, .len = m->len}, raddr, len, 0))
 		return -DKV_E_GRANT;
 	*ptr = m->base + (raddr - m->addr);
+	if (map)
+		*map = m;
 	return 0;
+}
+
+/* Writes from this size on look at whether their pages exist yet (one
+ * mincore); smaller ones are copied. */
+#define RMAP_PWRITE_MIN (64u * 1024)
+
+void ns_rmap_write(const struct ns_rmap *m, uint8_t *dst, const void *src, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t done = 0;
+
+	if (len >= RMAP_PWRITE_MIN && m->fd >= 0) {
+		uintptr_t a = (uintptr_t)dst & ~(uintptr_t)(pg - 1);
+		size_t span = (size_t)((uintptr_t)dst + len - a), np = (span + pg - 1) / pg, absent = 0;
+		unsigned char vec[RMAP_PWRITE_MIN * 16 / 4096 + 2];
+
+		/* Up to 1 MiB looked at (the first pages tell for the rest). */
+		if (np > sizeof(vec))
+			np = sizeof(vec);
+		if (mincore((void *)a, np * pg, vec) == 0) {
+			for (size_t i = 0; i < np; i++)
+				absent += !(vec[i] & 1);
+		}
+		if (absent * 2 > np) {
+			off_t at = (off_t)(m->pos + (uint64_t)(dst - m->base));
+
+			while (done < len) {
+				ssize_t w = pwrite(m->fd, (const uint8_t *)src + done, len - done,
+						   at + (off_t)done);
+				if (w <= 0)
+					break; /* the rest by memcpy */
+				done += (size_t)w;
+			}
+		}
+	}
+	if (done < len)
+		memcpy(dst + done, (const uint8_t *)src + done, len - done);
 }
 
 /* net_map_ptr for the stream backends: only over a shared local mapping. */
@@ -273,7 +325,7 @@ int ns_map_ptr(struct net_conn *cc, uint32_t rkey, uint64_t raddr, size_t len, c
 	if (!c->share)
 		return -ENOTSUP;
 	pthread_rwlock_wrlock(&c->rlock);
-	r = ns_rmap_lookup(c, rkey, raddr, len, NET_ACCESS_REMOTE_READ, &p);
+	r = ns_rmap_lookup(c, rkey, raddr, len, NET_ACCESS_REMOTE_READ, &p, NULL);
 	for (size_t i = 0; r == 0 && i < c->nrmaps; i++)
 		if (c->rmaps[i].map && p >= c->rmaps[i].base &&
 		    p < c->rmaps[i].base + c->rmaps[i].len)

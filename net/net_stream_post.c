@@ -78,6 +78,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	struct ns_slot *s;
 	bool drop = false, try_local;
 	uint8_t *lp = NULL;
+	const struct ns_rmap *rm = NULL;
 	int lr = 1;
 
 	if (wr->op > NET_WR_RECV || wr->len > NS_MAX_LEN)
@@ -118,11 +119,11 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 		unsigned want =
 		    wr->op == NET_WR_READ ? NET_ACCESS_REMOTE_READ : NET_ACCESS_REMOTE_WRITE;
 		pthread_rwlock_rdlock(&c->rlock);
-		lr = ns_rmap_lookup(c, wr->rkey, wr->raddr, wr->len, want, &lp);
+		lr = ns_rmap_lookup(c, wr->rkey, wr->raddr, wr->len, want, &lp, &rm);
 		if (lr == 0 && wr->op == NET_WR_READ)
 			memcpy(wr->local, lp, wr->len);
 		else if (lr == 0)
-			memcpy(lp, wr->local, wr->len);
+			ns_rmap_write(rm, lp, wr->local, wr->len);
 		pthread_rwlock_unlock(&c->rlock);
 
 		pthread_mutex_lock(&c->mu);
