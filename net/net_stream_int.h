@@ -428,6 +428,12 @@ int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t le
  * per page and without zeroing them first (2x faster than a memcpy into
  * them, docs/wire-transport.md); pages already there, by memcpy. */
 void ns_rmap_write(const struct ns_rmap *m, uint8_t *dst, const void *src, size_t len);
+/* A local READ of len bytes at src (from ns_rmap_lookup, in m; rlock held)
+ * into dst: 64 KiB and more with pread, which copies from the pages without
+ * mapping each into this process first (a fault per 64 KiB, fault-around,
+ * whenever this process has not touched them: written by pwrite above, or
+ * mapped anew after a reconnect); smaller ones by memcpy. */
+void ns_rmap_read(const struct ns_rmap *m, void *dst, const uint8_t *src, size_t len);
 
 /* ---- net_stream_conn.c ---- */
 uint64_t ns_deadline_after(int timeout_ms);

@@ -278,19 +278,37 @@ int ns_rmap_lookup(struct ns_conn *c, uint32_t rkey, uint64_t raddr, uint64_t le
 	return 0;
 }
 
-/* Writes from this size on look at whether their pages exist yet (one
- * mincore); smaller ones are copied. */
-#define RMAP_PWRITE_MIN (64u * 1024)
+/* Reads from this size on go by pread, writes from this size on look at
+ * whether their pages exist yet (one mincore); smaller ones are copied. */
+#define RMAP_BY_FILE_MIN (64u * 1024)
+
+void ns_rmap_read(const struct ns_rmap *m, void *dst, const uint8_t *src, size_t len)
+{
+	size_t done = 0;
+
+	if (len >= RMAP_BY_FILE_MIN && m->fd >= 0) {
+		off_t at = (off_t)(m->pos + (uint64_t)(src - m->base));
+
+		while (done < len) {
+			ssize_t r = pread(m->fd, (uint8_t *)dst + done, len - done, at + (off_t)done);
+			if (r <= 0)
+				break;
+			done += (size_t)r;
+		}
+	}
+	if (done < len)
+		memcpy((uint8_t *)dst + done, src + done, len - done);
+}
 
 void ns_rmap_write(const struct ns_rmap *m, uint8_t *dst, const void *src, size_t len)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	size_t done = 0;
 
-	if (len >= RMAP_PWRITE_MIN && m->fd >= 0) {
+	if (len >= RMAP_BY_FILE_MIN && m->fd >= 0) {
 		uintptr_t a = (uintptr_t)dst & ~(uintptr_t)(pg - 1);
 		size_t span = (size_t)((uintptr_t)dst + len - a), np = (span + pg - 1) / pg, absent = 0;
-		unsigned char vec[RMAP_PWRITE_MIN * 16 / 4096 + 2];
+		unsigned char vec[RMAP_BY_FILE_MIN * 16 / 4096 + 2];
 
 		/* Up to 1 MiB looked at (the first pages tell for the rest). */
 		if (np > sizeof(vec))

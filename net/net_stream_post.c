@@ -121,7 +121,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 		pthread_rwlock_rdlock(&c->rlock);
 		lr = ns_rmap_lookup(c, wr->rkey, wr->raddr, wr->len, want, &lp, &rm);
 		if (lr == 0 && wr->op == NET_WR_READ)
-			memcpy(wr->local, lp, wr->len);
+			ns_rmap_read(rm, wr->local, lp, wr->len);
 		else if (lr == 0)
 			ns_rmap_write(rm, lp, wr->local, wr->len);
 		pthread_rwlock_unlock(&c->rlock);

@@ -70,9 +70,10 @@ static void t_write_wait(struct t_pair *p, const struct t_mem *cm, const uint8_t
 /* WRITEs into a registration that is a file mapped from an offset: into
  * pages nobody touched yet (over local, written with pwrite at the file
  * offset, ns_rmap_write), into pages already there (memcpy), and into a
- * range half of each.  The bytes land where they were sent, as seen through
- * the registering side's mapping and through the file, and nothing around
- * them changes. */
+ * range partly of each.  The bytes land where they were sent, as seen
+ * through the registering side's mapping and through the file, nothing
+ * around them changes, and a READ (over local, by pread: ns_rmap_read)
+ * gives them back. */
 static void case_write_into_untouched_pages(enum net_kind k)
 {
 	enum { OFF = 1 << 20, LEN = 4 << 20, N = 256 * 1024 + 5 };
@@ -108,6 +109,15 @@ static void case_write_into_untouched_pages(enum net_kind k)
 		cr_assert_eq(pread(fd, chk, N + 2, OFF + (off_t)at[i] - 1), (ssize_t)N + 2);
 		cr_assert_eq(memcmp(chk + 1, src, N), 0, "write %u differs in the file", i);
 		cr_assert_eq(chk[N + 1], 0, "write %u spilled past its end", i);
+		/* and READ back (over local, 64 KiB and more by pread) */
+		uint8_t *back = cm.p + (1 - (i & 1)) * N;
+		memset(back, 0, N);
+		cr_assert_eq(net_post_read(p.c, 8, back, N, cm.mr->lkey, (uintptr_t)sp + at[i] - 1,
+					   smr->rkey),
+			     0);
+		struct net_wc wc = t_wait1(p.c, 10000);
+		cr_assert_eq(wc.status, 0, "read %u: %s", i, dkv_strerror(wc.status));
+		cr_assert_eq(memcmp(back, chk, N), 0, "read %u differs", i);
 	}
 	cr_assert_eq(sp[12344], 0, "a byte before the first write changed");
 	for (size_t j = 0; j < OFF; j += 4096) {
