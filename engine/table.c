@@ -266,8 +266,7 @@ static int table_get_cand(struct eng_table *t, const struct sst_cand *c, const v
 			goto out;
 		p = buf;
 	}
-	r = base ? sst_record_decode_once(p, c->len, &rec, table_checked(t), c->rno)
-		 : sst_record_decode(p, c->len, &rec);
+	r = sst_record_decode_once(p, c->len, &rec, base ? table_checked(t) : NULL, c->rno);
 	if (!r && rec.size != c->len)
 		r = -DKV_E_CORRUPT;
 	if (!r)

@@ -344,15 +344,25 @@ Test(api, in_place_the_writer_checks_a_record_once_a_read_only_open_every_time)
 	eng_db *db, *rdb;
 	char backing[64];
 
+	uint64_t before, bitmap;
+
 	db = one_table(&node, &o, backing, sizeof(backing), "once");
 	ro = o;
 	ro.read_only = true;
 	cr_assert_eq(eng_open(&ro, &rdb), 0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	before = st.index_cache_bytes;
+	bitmap = sst_checked_words(db->current->files[0][0]->idx) * sizeof(uint64_t);
+	cr_assert_gt(bitmap, 0);
 	cr_assert_eq(count_corrupt(db, 200), 0);
 	cr_assert_eq(scan_all(db), 1);
 	cr_assert_eq(count_corrupt(rdb, 200), 0);
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_geq(st.tables_in_place, 1, "the table was not read in place");
+	/* the bitmap is compute memory, counted with the index */
+	cr_assert_eq(st.index_cache_bytes, before + bitmap, "index_cache_bytes %llu, was %llu, "
+		     "bitmap %llu", (unsigned long long)st.index_cache_bytes,
+		     (unsigned long long)before, (unsigned long long)bitmap);
 	cr_assert_eq(eng_stats(rdb, &st), 0);
 	cr_assert_geq(st.tables_in_place, 1, "the read-only open did not read in place");
 
