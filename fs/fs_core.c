@@ -311,7 +311,9 @@ void fs_rec_to_stat(const struct fs_rec *rec, struct stat *st)
 	bool reg = S_ISREG(rec->mode);
 	st->st_rdev = reg ? 0 : rec->rdev;
 	st->st_size = dir ? 0 : (off_t)rec->size;
-	st->st_blksize = S_ISREG(rec->mode) && (rec->flags & FS_REC_CHUNKED) ? FS_CHUNK_SIZE : 4096;
+	/* the I/O size a file wants from birth: cp sizes its writes by the
+	 * empty file it just created (128 KiB requests when it said 4096) */
+	st->st_blksize = S_ISREG(rec->mode) ? FS_IO_SIZE : 4096;
 	/* a chunked file: the bytes its extents hold (rdev counts them), so
 	 * holes cost nothing; anything else: its size */
 	st->st_blocks = dir ? 0 :

@@ -67,7 +67,7 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 	else
 		conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
-	conn->max_write = 1u << 20;
+	conn->max_write = FS_IO_SIZE;
 	conn->max_readahead = 1u << 20;
 	fs_alias_start(fs, fuse_get_context()->fuse);
 	return fs;

@@ -211,3 +211,33 @@ Test(copy, ranges_the_node_cannot_take_still_copy_exactly)
 	free(e);
 	free(old);
 }
+
+/* A regular file asks for 1 MiB I/O (st_blksize; docs/fs.md, "Copies of a
+ * chunk"), from the moment it is created: `cp` from outside the mount then
+ * writes a big file in 1 MiB requests (max_write), a FUSE round trip per
+ * 4 chunks, not per 128 KiB (the blksize of an empty file was 4096, so cp
+ * wrote 2048 requests for 256 MiB).  The bytes arrive exactly. */
+Test(copy, cp_from_outside_writes_1_mib_requests)
+{
+	char out[64], src[PATH_MAX + 16];
+	long long w0, w1;
+
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("touch %s", at("empty")), 0);
+	sh_out(out, sizeof(out), "stat -c %%o %s", at("empty"));
+	cr_assert_str_eq(out, "1048576", "st_blksize of a new file: %s", out);
+	snprintf(src, sizeof(src), "%s/src8m", T);
+	cr_assert_eq(sh("head -c 8388608 /dev/urandom > %s", src), 0);
+	w0 = mt_stat("fs_writes");
+	cr_assert_eq(sh("cp %s %s", src, at("eight")), 0);
+	w1 = mt_stat("fs_writes");
+	cr_assert_leq(w1 - w0, 10, "cp of 8 MiB took %lld write requests", w1 - w0);
+	cr_assert_geq(w1 - w0, 8, "cp of 8 MiB took %lld write requests", w1 - w0);
+	cr_assert_eq(sh("cmp %s %s", src, at("eight")), 0, "the copy differs");
+	sh_out(out, sizeof(out), "stat -c %%o %s", at("eight"));
+	cr_assert_str_eq(out, "1048576", "st_blksize of an 8 MiB file: %s", out);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("cmp %s %s", src, at("eight")), 0, "the copy differs after a remount");
+	down();
+}
