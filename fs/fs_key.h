@@ -50,7 +50,7 @@
 #define FS_CHUNK_SHIFT   18
 #define FS_CHUNK_SIZE    (1u << FS_CHUNK_SHIFT) /* 256 KiB */
 /* the largest FUSE write (max_write), and a regular file's st_blksize, so
- * cp and cat move 4 whole chunks per request (docs/fs.md) */
+ * cp writes 4 whole chunks per request (docs/fs.md) */
 #define FS_IO_SIZE       (4u * FS_CHUNK_SIZE)
 /* files up to this size live in their record; larger ones in extents */
 #define FS_INLINE_MAX    4096u
