@@ -120,6 +120,10 @@ uint64_t sst_builder_data_size(const struct sst_builder *b);
 /* Exact size the table would have if finished now (data + tail).  Use it to
  * cut output tables at a target size. */
 uint64_t sst_builder_estimate(const struct sst_builder *b);
+/* At most how much sst_builder_estimate grows when the record (iklen, vlen)
+ * is added: estimate + this <= cap before an add keeps the finished table
+ * within cap (a flush piece cut to the hole it was given). */
+uint64_t sst_builder_bound_add(const struct sst_builder *b, size_t iklen, size_t vlen);
 /* Emit index, filter, meta block and footer.  On success *meta is filled
  * (caller releases) and, if idx is not NULL, *idx is the parsed index of the
  * new table (as sst_index_parse would return it; caller destroys) so a flush

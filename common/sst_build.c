@@ -295,6 +295,21 @@ uint64_t sst_builder_estimate(const struct sst_builder *b)
 	       builder_meta_len(b) + SST_FOOTER_SIZE;
 }
 
+uint64_t sst_builder_bound_add(const struct sst_builder *b, size_t iklen, size_t vlen)
+{
+	uint64_t n = sst_record_size(iklen, vlen);   /* the record */
+
+	if (b->nrecords % b->group_size == 0)
+		n += 10 + iklen;                     /* a new group's separator */
+	n += 2 + 10;                                 /* fingerprint, record length */
+	if (b->bloom.bits_per_key > 0)
+		n += (uint64_t)b->bloom.bits_per_key / 8 + 2; /* the filter's share */
+	n += 10 + iklen;                             /* the meta block's last key */
+	if (!b->nrecords)
+		n += 10 + iklen;                     /* ... and its first */
+	return n;
+}
+
 static void encode_footer(uint8_t *f, const struct sst_footer *ft)
 {
 	memset(f, 0, SST_FOOTER_SIZE);

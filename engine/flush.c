@@ -114,8 +114,10 @@ static int out_finish(struct flush_out *fo)
 }
 
 /* Bytes a table may need beyond its records: index (fingerprint, length and
- * a share of a sparse key per record), filter, footer.  Generous on purpose:
- * a piece cut by this budget must not overflow its extent. */
+ * a share of a sparse key per record), filter, meta block, footer.  Generous
+ * on purpose: it sizes the extent a whole memtable is written into.  A
+ * piece cut to the extent it got uses the builder's exact running size
+ * instead (build_table). */
 static uint64_t tail_estimate(uint64_t nrec, uint64_t key_bytes)
 {
 	return nrec * 16 + key_bytes / 8 + (64u << 10);
@@ -131,7 +133,6 @@ static int build_table(struct eng_db *db, struct dkv_iter *it, struct flush_out 
 {
 	struct sst_builder_opts bo = { 0 };
 	struct sst_builder *b = NULL;
-	uint64_t data = 0, nrec = 0, kbytes = 0;
 	uint8_t *prev = NULL;
 	size_t prev_len = 0;
 	int r;
@@ -151,19 +152,18 @@ static int build_table(struct eng_db *db, struct dkv_iter *it, struct flush_out 
 	for (r = dkv_iter_valid(it) ? 0 : 1; r == 0; r = dkv_iter_next(it)) {
 		size_t kl, vl;
 		const void *k = dkv_iter_key(it, &kl), *v = dkv_iter_value(it, &vl);
-		uint64_t rs = sst_record_size(kl, vl);
 
-		if (cut && nrec && ikey_ukey_cmp(k, kl, prev, prev_len) != 0 &&
-		    data + rs + tail_estimate(nrec + 1, kbytes + kl) > fo->cap) {
+		/* The table as it stands plus the most this record can add:
+		 * a piece fills its extent to within one record (a fixed
+		 * 64 KiB of slack left a 128 KiB hole half empty). */
+		if (cut && sst_builder_count(b) && ikey_ukey_cmp(k, kl, prev, prev_len) != 0 &&
+		    sst_builder_estimate(b) + sst_builder_bound_add(b, kl, vl) > fo->cap) {
 			*more = true;
 			break;
 		}
 		r = sst_builder_add(b, k, kl, v, vl);
 		if (r)
 			break;
-		data += rs;
-		nrec++;
-		kbytes += kl;
 		prev_len = kl - IKEY_TRAILER_LEN;
 		memcpy(prev, k, prev_len);
 	}
@@ -192,8 +192,7 @@ out:
  * that will free it. */
 #define FLUSH_PIECE_MIN (1u << 20)
 /* ... and then, with no 1 MiB extent anywhere, the largest hole of the
- * slabs if it is at least this large (a piece holds what is left of it after
- * tail_estimate's 64 KiB). */
+ * slabs if it is at least this large (a piece fills it to within a record). */
 #define FLUSH_CRUMB_MIN (128u << 10)
 #define FLUSH_MAX_PIECES 64
 

@@ -518,6 +518,40 @@ Test(sst, estimate_and_emit_pieces)
 	sstm_free(&t);
 }
 
+/* sst_builder_bound_add bounds what each add grows the estimate by (and
+ * the estimate stays exact), for long and short keys and big values: a
+ * flush piece cut by it never outgrows its extent, and it is tight enough
+ * to fill one (a record, three keys and 45 bytes at most). */
+Test(sst, bound_add_covers_each_record)
+{
+	struct sstm_gen g = { .seed = 8, .nukeys = 3000, .max_versions = 3, .vmax = 300,
+			      .big_pct = 2, .big_max = 200000, .family = 'b' };
+	struct sstm_table t;
+	struct sstm_buf tb = { 0 };
+	struct sst_builder_opts o = { .emit = sstm_emit, .emit_ctx = &tb, .bits_per_key = 10 };
+	struct sst_builder *b;
+	struct sst_meta meta = { 0 };
+	uint64_t est;
+
+	sstm_gen(&g, &t);
+	cr_assert_eq(sst_builder_create(&o, &b), 0);
+	for (size_t i = 0; i < t.n; i++) {
+		uint64_t before = sst_builder_estimate(b);
+		uint64_t bound = sst_builder_bound_add(b, t.r[i].iklen, t.r[i].vlen);
+
+		cr_assert_eq(sst_builder_add(b, t.r[i].ik, t.r[i].iklen, t.r[i].val, t.r[i].vlen), 0);
+		cr_assert_leq(sst_builder_estimate(b) - before, bound, "record %zu", i);
+		cr_assert_leq(bound, sst_record_size(t.r[i].iklen, t.r[i].vlen) + 3 * t.r[i].iklen + 45,
+			      "record %zu: bound %llu", i, (unsigned long long)bound);
+	}
+	est = sst_builder_estimate(b);
+	cr_assert_eq(sst_builder_finish(b, &meta, NULL), 0);
+	cr_assert_eq(est, tb.len);
+	sst_builder_destroy(b);
+	sst_meta_release(&meta);
+	sstm_buf_release(&tb);
+	sstm_free(&t);
+}
 
 static size_t t_mid_plus(const struct sstm_built *bt, int k)
 {
