@@ -43,6 +43,7 @@ struct mnt_opts {
 	int sync_on_close;
 	int implicit_dirs;
 	int writeback_cache;
+	int spin_us;         /* > 0: the reader polls this long (mount/mnt_spin.c); 0: libfuse's loop */
 	int read_only;       /* -o ro seen (also passed on to FUSE) */
 };
 
@@ -56,6 +57,15 @@ int mnt_parse_source(const char *src, char **memnode, char **volume);
 /* Is an fstab-only option (defaults, noauto, user, _netdev, x-...)
  * that must not reach FUSE? */
 bool mnt_fstab_only(const char *opt);
+
+#define MNT_SPIN_US_DEFAULT 50
+
+struct fuse_session;
+/* -o spin_us: serve se with threads of which the one reading /dev/fuse
+ * polls it for spin_us after each request before sleeping
+ * (mount/mnt_spin.c).  Returns when the session ends: 0 after an unmount
+ * or a signal, else a negative errno. */
+int mnt_spin_loop(struct fuse_session *se, int spin_us);
 
 /* The whole daemon; returns the process exit code. */
 int mnt_main(int argc, char **argv);

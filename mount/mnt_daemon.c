@@ -80,6 +80,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("sync_on_close", sync_on_close),
 	OPT("implicit_dirs", implicit_dirs),
 	OPT("writeback_cache", writeback_cache),
+	OPT("spin_us=%d", spin_us),
 	FUSE_OPT_KEY("memtable_size=", KEY_MEMTABLE),
 	FUSE_OPT_KEY("slab_size=", KEY_SLAB),
 	FUSE_OPT_KEY("rename_batch=", KEY_RENAME_BATCH),
@@ -119,6 +120,9 @@ static void usage(const char *prog)
 	       "  -o attr_timeout=SEC      kernel attribute cache (default 3600)\n"
 	       "  -o sync_on_close         make close() as durable as fsync()\n"
 	       "  -o writeback_cache       let the kernel buffer writes (faster small writes)\n"
+	       "  -o spin_us=N             the thread reading requests polls for N us (0-10000,\n"
+	       "                           default 50) after each one before it sleeps; 0:\n"
+	       "                           libfuse's loop (docs/fs.md, \"A reader that polls\")\n"
 	       "  -o implicit_dirs         lookups find directories that have no marker (keys\n"
 	       "                           written by the raw key API); costs a seek per miss\n"
 	       "  -o log_file=PATH         log here (default: stderr with -f, else syslog, else\n"
@@ -609,6 +613,7 @@ int mnt_main(int argc, char **argv)
 	m->lock_fd = -1;
 	m->ready_fd = -1;
 	m->o.entry_timeout = m->o.attr_timeout = -1;
+	m->o.spin_us = MNT_SPIN_US_DEFAULT;
 	int code = -1; /* exit code decided before any mount work */
 	if (fuse_opt_parse(&args, &m->o, mnt_spec, opt_proc) == -1 ||
 	    fuse_parse_cmdline(&args, &cmd) != 0) {
@@ -623,6 +628,10 @@ int mnt_main(int argc, char **argv)
 		code = 0;
 	} else if (!cmd.mountpoint) {
 		fprintf(stderr, "dkvfs: no mountpoint (see dkvfs --help)\n");
+		code = 2;
+	} else if (m->o.spin_us < 0 || m->o.spin_us > 10000) {
+		fprintf(stderr, "dkvfs: spin_us=%d is out of range: give 0 (off) to 10000 "
+				"microseconds\n", m->o.spin_us);
 		code = 2;
 	}
 	if (code >= 0)
@@ -700,6 +709,8 @@ int mnt_main(int argc, char **argv)
 		       where);
 	if (cmd.singlethread) {
 		rc = fuse_loop(m->fuse);
+	} else if (m->o.spin_us > 0) {
+		rc = mnt_spin_loop(fuse_get_session(m->fuse), m->o.spin_us);
 	} else {
 		/* fuse_parse_cmdline leaves max_idle_threads at UINT_MAX ("not
 		 * given"); libfuse 3.14 turns the v1 config's value into its

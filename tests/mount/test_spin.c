@@ -1,0 +1,74 @@
+/* tests/mount/test_spin.c — -o spin_us=N (mount/mnt_spin.c): the mount
+ * works with real tools when one polling thread serves every request
+ * (copy, compare, hard links through two names, rename, remove, programs in
+ * parallel), it unmounts cleanly and what it wrote is there after a
+ * remount without the option; the polling thread really is the one reading
+ * /dev/fuse (non-blocking); a value out of range is refused with a clear
+ * line on stderr and mounts nothing. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/mount_fixture.h"
+
+TestSuite(spin, .init = mt_setup, .fini = mt_teardown, .timeout = 180);
+
+/* The open flags (octal) of the daemon's /dev/fuse descriptor. */
+static unsigned long fuse_fd_flags(void)
+{
+	char out[64];
+	pid_t pid = daemon_pid();
+
+	cr_assert_gt(pid, 0, "no daemon");
+	sh_out(out, sizeof(out),
+	       "for f in /proc/%d/fd/*; do [ \"$(readlink $f)\" = /dev/fuse ] && "
+	       "sed -n 's/^flags:[[:space:]]*//p' /proc/%d/fdinfo/${f##*/}; done | head -1",
+	       (int)pid, (int)pid);
+	cr_assert_neq(out[0], 0, "the daemon holds no /dev/fuse descriptor");
+	return strtoul(out, NULL, 8);
+}
+
+Test(spin, real_tools_through_one_polling_thread)
+{
+	cr_assert_eq(sh("mkdir -p %s/src/t && cd %s/src/t && for d in 1 2 3 4; do mkdir d$d; "
+			"for f in $(seq 1 60); do head -c $((f * 97)) /dev/urandom > d$d/f$f; done; done && "
+			"head -c 3000000 /dev/urandom > big",
+			T, T),
+		     0);
+	cr_assert_eq(up(NULL), 0); /* spin_us=50, the default */
+	cr_assert(fuse_fd_flags() & 04000, "/dev/fuse is not non-blocking: the polling loop is not on");
+	cr_assert_eq(sh("cp -r %s/src/t %s/t && diff -r %s/src/t %s/t", T, MNT, T, MNT), 0);
+	/* two programs at once: served one request at a time, both finish */
+	cr_assert_eq(sh("cd %s && (cp -r t t2 & for i in $(seq 1 50); do ls -lR t > /dev/null; done; "
+			"wait) && diff -r t t2",
+			MNT),
+		     0);
+	/* a hard link: a change through one name invalidates the other
+	 * (fs_alias.c), which must not wait for this one thread */
+	cr_assert_eq(sh("cd %s && ln t/big t/big2 && chmod 600 t/big && "
+			"[ \"$(stat -c %%a t/big2)\" = 600 ] && echo more >> t/big2 && "
+			"[ \"$(stat -c %%s t/big)\" = 3000005 ]",
+			MNT),
+		     0);
+	cr_assert_eq(sh("cd %s && mv t/d1 t/moved && rm -rf t2 t/d2 t/big2 && ls t | sort | tr '\\n' ' ' "
+			"| grep -qx 'big d3 d4 moved '",
+			MNT),
+		     0);
+	down();
+	cr_assert_eq(up("spin_us=0"), 0);
+	cr_assert_eq(sh("diff -r %s/src/t/d3 %s/t/d3 && diff -r %s/src/t/d1 %s/t/moved && "
+			"[ ! -e %s/t/d2 ] && [ \"$(stat -c %%s %s/t/big)\" = 3000005 ] && "
+			"cmp -n 3000000 %s/src/t/big %s/t/big",
+			T, MNT, T, MNT, MNT, MNT, T, MNT),
+		     0);
+	cr_assert_eq(fuse_fd_flags() & 04000, 0, "with spin_us=0 libfuse's loop reads, blocking");
+}
+
+Test(spin, out_of_range_is_refused)
+{
+	cr_assert_neq(up("spin_us=20000"), 0, "spin_us=20000 mounted");
+	cr_assert_neq(sh("mountpoint -q %s", MNT), 0);
+	cr_assert_eq(sh("grep -q 'spin_us=20000 is out of range' %s/dkvfs.log", T), 0);
+	cr_assert_neq(up("spin_us=-1"), 0, "spin_us=-1 mounted");
+}
