@@ -122,7 +122,7 @@ static void usage(const char *prog)
 	       "  -o writeback_cache       let the kernel buffer writes (faster small writes)\n"
 	       "  -o spin_us=N             the thread reading requests polls for N us (0-10000,\n"
 	       "                           default 50) after each one before it sleeps; 0:\n"
-	       "                           libfuse's loop (docs/fs.md, \"A reader that polls\")\n"
+	       "                           libfuse's loop (docs/fs.md, \"The request loop\")\n"
 	       "  -o implicit_dirs         lookups find directories that have no marker (keys\n"
 	       "                           written by the raw key API); costs a seek per miss\n"
 	       "  -o log_file=PATH         log here (default: stderr with -f, else syslog, else\n"
