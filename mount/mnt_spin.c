@@ -5,7 +5,7 @@
  * Why: a metadata request costs the daemon almost nothing (a memtable
  * lookup or insert), but the kernel wakes a sleeping daemon thread for it,
  * and on a small VM that wakeup is most of the request's time (perf over
- * `tar x`: 86 % of the daemon's samples in the kernel, 44 % of them in
+ * `tar x`: 86 % of the daemon's samples in the kernel, 44 % of all in
  * finish_task_switch).  A tool that creates or removes files sends its next
  * request a few microseconds after the last answer; a thread still polling
  * takes it without being woken.  Measured in docs/bench.md ("A reader that
@@ -40,9 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"

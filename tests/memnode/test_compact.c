@@ -715,6 +715,7 @@ static bool free_while_the_job_runs(int nrec, uint64_t size)
 	int ngrab = 0;
 	pthread_t th;
 	uint64_t slab, slab_end;
+	bool raced = false;
 
 	nf_open(&f, size);
 	put_inputs(&f, nrec, 32, a.in, img); /* 160,000: ~12 MiB, a job of 100 ms or more */
@@ -740,7 +741,7 @@ static bool free_while_the_job_runs(int nrec, uint64_t size)
 	int sealed = strstr(txt + MN_STATS_FIXED, "compaction_jobs: 1") ? mn_seal(f.c, slab, 1, &sx) : 1;
 	cr_assert_eq(mn_stats(f.c, &st), 0);
 	if (st.compactions) /* it ended before it was seen, or before the seal */
-		goto early;
+		goto out;
 	cr_assert_neq(sealed, 1, "the job never started");
 	cr_assert_eq(sealed, -EBUSY, "a slab a running job reads was sealed");
 	cr_assert_eq(mn_free_slab(f.c, slab), 0);
@@ -754,16 +755,8 @@ static bool free_while_the_job_runs(int nrec, uint64_t size)
 		ngrab++;
 	cr_assert_eq(ngrab, 4);
 	cr_assert_eq(mn_stats(f.c, &st), 0);
-	if (st.compactions) { /* the job ended before the test could race it */
-early:
-		pthread_join(th, NULL);
-		free(img[0].p);
-		free(img[1].p);
-		free(a.rep);
-		mn_client_close(other);
-		nf_close(&f);
-		return false;
-	}
+	if (st.compactions) /* the job ended before the test could race it */
+		goto out;
 	for (int i = 0; i < ngrab; i++)
 		cr_assert(grab[i].off + grab[i].len <= slab || grab[i].off >= slab_end,
 			  "the other volume got the pinned slab while the job ran");
@@ -788,12 +781,16 @@ early:
 		  (unsigned long long)again.off);
 	free(remote.r);
 	free(remote.first.p);
+	raced = true;
+out:
+	if (!raced)
+		pthread_join(th, NULL);
 	free(img[0].p);
 	free(img[1].p);
 	free(a.rep);
 	mn_client_close(other);
 	nf_close(&f);
-	return true;
+	return raced;
 }
 
 /* A free of a running job's input waits for the job: the pages are not
