@@ -680,15 +680,29 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 	return ret(fs, rc);
 }
 
+static bool is_compact_request(const char *buf, size_t size)
+{
+	if (size < 7 || memcmp(buf, "compact", 7))
+		return false;
+	for (size_t i = 7; i < size; i++)
+		if (buf[i] != '\n')
+			return false;
+	return true;
+}
+
 static int op_write(const char *path, const char *buf, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = fs_op_ctx();
 	struct fs_fh *fh = (struct fs_fh *)(uintptr_t)fi->fh;
 	if (fh->control) {
-		/* "compact" (a trailing newline is fine): run it, answer when done */
-		if (size < 7 || memcmp(buf, "compact", 7) || (size > 7 && strspn(buf + 7, "\n") != size - 7))
+		/* "compact" (trailing newlines are fine): run it, answer when
+		 * done.  buf holds size bytes, no NUL after them. */
+		if (!is_compact_request(buf, size)) {
+			dkv_warn("refused a write to .dkvfs/compact: write the word compact "
+				 "(dkvfs-ctl compact MOUNTPOINT does)");
 			return -EINVAL;
+		}
 		dkv_info("compacting the volume (asked through .dkvfs/compact)");
 		int rc = fs_kv_compact(fs->kv);
 		if (rc)
