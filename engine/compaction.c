@@ -105,14 +105,7 @@ static void outs_discard(struct eng_db *db, struct outs *os, bool unsure)
 			eng_table_unref(x->t);
 			x->t = NULL;
 		}
-		if (unsure)
-			eng_space_defer(db, x->owner == ENG_TABLE_SLAB ? ENG_DEFER_SPACE
-								: ENG_DEFER_EXTENT,
-					x->off, x->len);
-		else if (x->owner == ENG_TABLE_SLAB)
-			eng_space_put(db, x->off, x->len);
-		else if (ex)
-			ex[nn++] = (struct mn_extent){ x->off, eng_node_extent_len(x->len) };
+		eng_space_release_table(db, x->owner, x->off, x->len, unsure, ex, &nn);
 	}
 	pthread_mutex_unlock(&db->man_mu);
 	if (nn && mn_free_extents(db->mc, ex, nn))
@@ -471,10 +464,18 @@ static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const str
 			r = mn_sync(db->mc, x.off, len);
 		if (r)
 			return r;
+		/* small: into the packed run, read-only (engine/pack.c) */
+		if (!eng_pack(db, &x.off, len, true)) {
+			x.owner = ENG_TABLE_PACKED;
+			cc->os->o[cc->os->n - 1].off = x.off;
+			cc->os->o[cc->os->n - 1].owner = x.owner;
+		}
 	}
 	atomic_fetch_add(&db->st_comp_net, len);
 	atomic_fetch_add(&db->st_comp_written, len);
-	atomic_fetch_add(x.owner == ENG_TABLE_NODE ? &db->st_tables_sealed : &db->st_tables_unsealed,
+	atomic_fetch_add(x.owner == ENG_TABLE_NODE     ? &db->st_tables_sealed
+			 : x.owner == ENG_TABLE_PACKED ? &db->st_tables_packed
+						       : &db->st_tables_unsealed,
 			 1);
 	r = eng_table_adopt(db, x.number, x.off, len, x.owner, *idx,
 			    &cc->os->o[cc->os->n - 1].t);

@@ -53,6 +53,8 @@ enum eng_fault {
 	ENG_FAULT_COMPACTION_ACK, /* a compaction's manifest record reaches the node, its ack is lost (-EIO) */
 	ENG_FAULT_COMPACTION_HOLD, /* a compaction holds its outputs ENG_FAULT_HOLD_MS before
 				    * installing or giving them back (a slow one) */
+	ENG_FAULT_PACK,          /* a PACK refused as by a node with no page free (-ENOSPC):
+				  * the small table stays in slab space */
 	ENG_FAULT_N
 };
 #define ENG_FAULT_HOLD_MS 2000
@@ -124,14 +126,18 @@ int eng_mem_iter_create(struct eng_mem *m, struct dkv_iter **out);
 
 /* ---------------------------------------------------------------- tables */
 
-enum { ENG_TABLE_SLAB = 0, ENG_TABLE_NODE = 1 }; /* who allocated the extent */
+/* Who allocated the table's extent: the compute node (in its slabs,
+ * writable by it), the memory node (a run of its own: a compaction output
+ * or a sealed table), or the memory node's packed run shared with other
+ * small tables (engine/pack.c).  The last two are read-only to clients. */
+enum { ENG_TABLE_SLAB = 0, ENG_TABLE_NODE = 1, ENG_TABLE_PACKED = 2 };
 
 struct eng_db;
 struct eng_table {
 	atomic_int refs;
 	uint64_t number;
 	uint64_t off, len;      /* the table's extent (region offsets) */
-	int owner;              /* ENG_TABLE_SLAB or ENG_TABLE_NODE */
+	int owner;              /* ENG_TABLE_SLAB, _NODE or _PACKED */
 	struct sst_index *idx;  /* cached index + filter */
 	struct sst_meta meta;
 	atomic_bool obsolete;   /* removed from the current version: free at last unref */
@@ -403,6 +409,10 @@ struct eng_db {
 	 * given back after the next manifest rewrite.  man_mu. */
 	struct eng_deferred *deferred;
 	size_t ndeferred, deferred_cap;
+	/* Packed runs holding our small tables, each with its count of live
+	 * tables (engine/pack.c).  man_mu. */
+	struct eng_prun *pruns;
+	size_t npruns, pruns_cap;
 
 	/* stats (relaxed atomics) */
 	_Atomic uint64_t st_puts, st_deletes, st_gets, st_get_hits, st_iter_seeks, st_batches;
@@ -413,7 +423,7 @@ struct eng_db {
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
-	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
+	_Atomic uint64_t st_tables_sealed, st_tables_unsealed, st_tables_packed;            /* engine/flush.c */
 	_Atomic uint64_t st_tables_in_place;                              /* engine/table.c */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
@@ -488,7 +498,7 @@ int eng_remote_read(struct eng_db *db, uint64_t off, void *buf, size_t len, bool
 #define ENG_WRITE_BUF (1u << 20)
 struct eng_piece {
 	uint64_t number, off, size;
-	int owner;              /* ENG_TABLE_NODE: a sealed run of its own */
+	int owner;              /* ENG_TABLE_NODE: a sealed run of its own; _PACKED */
 	struct eng_table *t;
 };
 struct eng_piece_place {
@@ -538,6 +548,11 @@ enum eng_defer_kind {
 	ENG_DEFER_SPACE,  /* slab space: eng_space_put */
 	ENG_DEFER_EXTENT, /* node-owned table extent (len: the table's): mn_free_extents */
 	ENG_DEFER_SLAB,   /* a whole slab or blob slab: mn_free_slab */
+	ENG_DEFER_PACKED, /* a table in a packed run: eng_pack_put */
+};
+struct eng_prun {
+	uint64_t off, len;
+	uint64_t live;          /* tables in it not yet freed */
 };
 struct eng_deferred {
 	uint64_t off, len;
@@ -556,6 +571,29 @@ void eng_space_trim(struct eng_db *db);
 /* The same, keeping no free slab: the cleaner on a full volume (the node's
  * free space is what file data and the full check count). */
 void eng_space_trim_all(struct eng_db *db);
+/* Packed runs (engine/pack.c).  A table that is small (up to MN_PACK_MAX)
+ * and written and synced in our slab space at *off is copied by the node
+ * into its packed run, read-only from then on (MN_OP_PACK), if the node
+ * has room for it twice over above the reserve (fresh: asked of the node
+ * now, as eng_seal_room does): 0 and the table's new
+ * offset in *off (its slab space is given back; the run counts it as
+ * live), or an error with the table where it was (it stays writable:
+ * tables_unsealed).  man_mu not held. */
+int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh);
+/* A packed table at off is gone (or was never installed): its run counts
+ * one live table less, and is freed with the last (mn_free_extents, here,
+ * under man_mu: no PACK can put a table into it meanwhile).  Caller holds
+ * man_mu. */
+void eng_pack_put(struct eng_db *db, uint64_t off);
+/* At a writable open: is ex, an extent of the volume, a packed run holding
+ * tables of the current version?  Then it is counted with them (true). */
+bool eng_pack_adopt(struct eng_db *db, const struct mn_extent *ex);
+/* A table of any owner that will not be used: its space back (unsure:
+ * held back, eng_space_defer).  A node extent is appended to ex[*nn] (room
+ * for one per call) for one mn_free_extents by the caller.  Caller holds
+ * man_mu. */
+void eng_space_release_table(struct eng_db *db, int owner, uint64_t off, uint64_t len,
+			     bool unsure, struct mn_extent *ex, size_t *nn);
 /* Recompute db->space_low (one mn_stats round trip).  Caller holds man_mu. */
 void eng_space_check(struct eng_db *db);
 /* The volume is full (file data refused): say so, once. */

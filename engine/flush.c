@@ -210,21 +210,18 @@ static void free_sealed(struct eng_db *db, uint64_t off, uint64_t size)
 void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool unsure)
 {
 	for (int i = 0; i < n; i++) {
-		bool node = pc[i].owner == ENG_TABLE_NODE;
+		struct mn_extent ex;
+		size_t nn = 0;
 
 		if (pc[i].t) {
 			atomic_store(&pc[i].t->obsolete, false);
 			eng_table_unref(pc[i].t);
 		}
 		pthread_mutex_lock(&db->man_mu);
-		if (unsure)
-			eng_space_defer(db, node ? ENG_DEFER_EXTENT : ENG_DEFER_SPACE, pc[i].off,
-					pc[i].size);
-		else if (!node)
-			eng_space_put(db, pc[i].off, pc[i].size);
+		eng_space_release_table(db, pc[i].owner, pc[i].off, pc[i].size, unsure, &ex, &nn);
 		pthread_mutex_unlock(&db->man_mu);
-		if (node && !unsure)
-			free_sealed(db, pc[i].off, pc[i].size);
+		if (nn)
+			free_sealed(db, ex.off, pc[i].size);
 	}
 }
 
@@ -234,13 +231,14 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
  * it twice over above the reserve (the table, and the compaction that will
  * merge it).  Small tables (a memtable flushed early for a sync or its
  * deletes, the last output of a compute-mode compaction) and tables written
- * close to full go into the holes of the volume's slabs as before, which
- * pack them to the byte and leave the node's last pages to compaction and
- * to the deletes that will free space.  Those stay writable by this mount
- * until a compaction replaces them (with node extents, which no client can
- * write); tables_unsealed counts them.  (Sealing every table, a 20 KB one
- * took a whole 1 MiB page until merged: a node of small flushes filled
- * with waste.) */
+ * close to full go into the holes of the volume's slabs, which pack them to
+ * the byte and leave the node's last pages to compaction and to the deletes
+ * that will free space; a small one is then copied into the node's packed
+ * run, read-only, while the node has room (engine/pack.c: tables_packed).
+ * The rest stay writable by this mount until a compaction replaces them
+ * (with node extents, which no client can write); tables_unsealed counts
+ * them.  (Sealing every table, a 20 KB one took a whole 1 MiB page until
+ * merged: a node of small flushes filled with waste.) */
 #define FLUSH_SEAL_MIN (4u << 20)
 bool eng_seal_room(struct eng_db *db, uint64_t est, bool fresh)
 {
@@ -459,16 +457,22 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 	pc->owner = ENG_TABLE_SLAB;
 	pc->t = NULL;
 	/* The edit that installs the piece makes WAL segments obsolete: on a
-	 * file-backed node the table must reach the file first (power loss). */
+	 * file-backed node the table must reach the file first (power loss).
+	 * Then, with room, into the packed run, read-only (engine/pack.c); not
+	 * the cleaner's rewrites, which run on a full volume. */
 	r = mn_sync(db->mc, fo.off, meta.size);
+	if (!r && (!pl || !pl->holes_only) && !eng_pack(db, &pc->off, meta.size, false))
+		pc->owner = ENG_TABLE_PACKED;
 	if (!r)
-		r = eng_table_adopt(db, pc->number, fo.off, meta.size, ENG_TABLE_SLAB, idx, &pc->t);
+		r = eng_table_adopt(db, pc->number, pc->off, meta.size, pc->owner, idx, &pc->t);
 	if (!r && (!pl || !pl->holes_only))
-		atomic_fetch_add(&db->st_tables_unsealed, 1);
+		atomic_fetch_add(pc->owner == ENG_TABLE_PACKED ? &db->st_tables_packed
+							       : &db->st_tables_unsealed,
+				 1);
 	if (r) {
 		sst_index_destroy(idx);
 		pthread_mutex_lock(&db->man_mu);
-		eng_space_put(db, fo.off, meta.size);
+		eng_space_release_table(db, pc->owner, pc->off, meta.size, false, NULL, NULL);
 		pthread_mutex_unlock(&db->man_mu);
 	}
 	sst_meta_release(&meta);

@@ -231,7 +231,7 @@ int eng_edit_decode(const uint8_t *p, size_t len, struct eng_edit *e)
 			break;
 		case TAG_ADD_TABLE:
 			p = get_vars(p, end, 5, v);
-			if (!p || v[0] >= ENG_LEVELS || v[4] > ENG_TABLE_NODE)
+			if (!p || v[0] >= ENG_LEVELS || v[4] > ENG_TABLE_PACKED)
 				return -EBADMSG;
 			r = eng_edit_add_table(e, (int)v[0], v[1], v[2], v[3], (int)v[4]);
 			break;

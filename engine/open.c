@@ -57,7 +57,7 @@ static void free_orphans(struct eng_db *db)
 	if (mn_list_extents(db->mc, &ex, &n))
 		return;
 	for (size_t i = 0; i < n; i++) {
-		if (extent_known(db, db->current, ex[i].off))
+		if (extent_known(db, db->current, ex[i].off) || eng_pack_adopt(db, &ex[i]))
 			continue;
 		dkv_info("freeing orphan extent at %llu (%llu bytes)",
 			 (unsigned long long)ex[i].off, (unsigned long long)ex[i].len);
@@ -366,6 +366,7 @@ int eng_close(eng_db *db)
 	eng_blob_fini(db);
 	free(db->pending);
 	free(db->deferred); /* still named, or orphans the next open frees */
+	free(db->pruns);
 	free(db->segs);
 	free(db->slabs);
 	free(db->memnode);

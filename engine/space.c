@@ -74,6 +74,8 @@ void eng_space_drain(struct eng_db *db)
 	for (size_t i = 0; i < n; i++) {
 		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
 			eng_alloc_put(db->alloc, p[i].off, p[i].len);
+		else if (p[i].owner == ENG_TABLE_PACKED)
+			eng_pack_put(db, p[i].off);
 		else if (node)
 			node[nn++] = (struct mn_extent){ p[i].off, eng_node_extent_len(p[i].len) };
 	}
@@ -81,6 +83,22 @@ void eng_space_drain(struct eng_db *db)
 		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
 	free(node);
 	free(p);
+}
+
+void eng_space_release_table(struct eng_db *db, int owner, uint64_t off, uint64_t len,
+			     bool unsure, struct mn_extent *ex, size_t *nn)
+{
+	if (unsure)
+		eng_space_defer(db, owner == ENG_TABLE_SLAB	? ENG_DEFER_SPACE
+				    : owner == ENG_TABLE_PACKED ? ENG_DEFER_PACKED
+								: ENG_DEFER_EXTENT,
+				off, len);
+	else if (owner == ENG_TABLE_SLAB)
+		eng_space_put(db, off, len);
+	else if (owner == ENG_TABLE_PACKED)
+		eng_pack_put(db, off);
+	else if (ex)
+		ex[(*nn)++] = (struct mn_extent){ off, eng_node_extent_len(len) };
 }
 
 void eng_space_defer(struct eng_db *db, enum eng_defer_kind kind, uint64_t off, uint64_t len)
@@ -114,6 +132,8 @@ void eng_space_release_deferred(struct eng_db *db)
 				 (unsigned long long)d->off);
 		else if (d->kind == ENG_DEFER_EXTENT && node)
 			node[nn++] = (struct mn_extent){ d->off, eng_node_extent_len(d->len) };
+		else if (d->kind == ENG_DEFER_PACKED)
+			eng_pack_put(db, d->off);
 	}
 	if (nn && mn_free_extents(db->mc, node, nn))
 		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);

@@ -101,6 +101,12 @@ static void ext_del(struct mn_client *c, uint64_t off)
 		}
 }
 
+/* One extent entry of a LIST_EXTENTS, GRANT, SEAL or PACK reply. */
+static struct mn_ext ext_decode(const uint8_t *e)
+{
+	return (struct mn_ext){ get_u64(e), get_u64(e + 8), get_u32(e + 16), e[21] };
+}
+
 /* Replace the extent table with the node's list on ch (kinds out too, for
  * mn_list_extents).  Lock held. */
 static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_extent **out,
@@ -131,7 +137,7 @@ static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_exten
 		cursor = get_u64(rep);
 		for (uint32_t i = 0; i < cnt && !rc; i++) {
 			const uint8_t *e = rep + MN_LIST_HDR + (size_t)i * MN_EXTENT_WIRE;
-			struct mn_ext x = { get_u64(e), get_u64(e + 8), get_u32(e + 16), e[21] };
+			struct mn_ext x = ext_decode(e);
 			if (x.off < MN_HDR_SIZE || x.len == 0 || x.off + x.len < x.off) {
 				rc = -EBADMSG;
 				break;
@@ -176,7 +182,7 @@ static int ext_fetch(struct mn_client *c, struct rpc_chan *ch, uint64_t off)
 		return map_err(rc);
 	if (rl != sizeof(rep))
 		return -EBADMSG;
-	x = (struct mn_ext){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), rep[21] };
+	x = ext_decode(rep);
 	if (x.off < MN_HDR_SIZE || !x.len || x.off > off || off - x.off >= x.len)
 		return -EBADMSG;
 	return ext_add(c, &x);
@@ -588,24 +594,52 @@ int mn_free_slab(struct mn_client *c, uint64_t off)
 	return rc;
 }
 
-int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *out)
+/* A call whose reply is `head` bytes then one read-only extent entry (SEAL,
+ * PACK): the head in rep, the entry decoded in *e. */
+static int call_ro_extent(struct mn_client *c, uint16_t op, uint64_t a, uint64_t b, uint8_t *rep,
+			  size_t head, struct mn_ext *e)
 {
-	uint8_t req[16], rep[MN_EXTENT_WIRE];
-	struct mn_ext e;
+	uint8_t req[16];
 	size_t rl = 0;
 	int rc;
 
-	put_u64(req, off);
-	put_u64(req + 8, keep);
-	rc = call_simple(c, MN_OP_SEAL, req, sizeof(req), rep, sizeof(rep), &rl);
+	put_u64(req, a);
+	put_u64(req + 8, b);
+	rc = call_simple(c, op, req, sizeof(req), rep, head + MN_EXTENT_WIRE, &rl);
 	if (rc)
 		return rc;
-	if (rl != sizeof(rep))
+	if (rl != head + MN_EXTENT_WIRE)
 		return -EBADMSG;
-	e = (struct mn_ext){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), rep[21] };
-	if (e.off != off || e.len < keep || (e.access & NET_ACCESS_REMOTE_WRITE))
+	*e = ext_decode(rep + head);
+	return e->access & NET_ACCESS_REMOTE_WRITE ? -EBADMSG : 0;
+}
+
+int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *out)
+{
+	uint8_t rep[MN_EXTENT_WIRE];
+	struct mn_ext e;
+	int rc = call_ro_extent(c, MN_OP_SEAL, off, keep, rep, 0, &e);
+
+	if (rc)
+		return rc;
+	if (e.off != off || e.len < keep)
 		return -EBADMSG;
 	return ext_add_out(c, &e, out); /* replaces the slab's: its grant was revoked */
+}
+
+int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t *off,
+	    struct mn_extent *run)
+{
+	uint8_t rep[8 + MN_EXTENT_WIRE];
+	struct mn_ext e;
+	int rc = call_ro_extent(c, MN_OP_PACK, src, len, rep, 8, &e);
+
+	if (rc)
+		return rc;
+	*off = get_u64(rep);
+	if (*off < e.off || *off - e.off > e.len || len > e.len - (*off - e.off))
+		return -EBADMSG;
+	return ext_add_out(c, &e, run);
 }
 
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n)

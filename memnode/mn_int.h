@@ -58,6 +58,10 @@ struct mn_volstate {
 	 * is refused until they have finished and freed what they allocated,
 	 * so its orphan sweep can never race them. */
 	unsigned jobs;
+	/* The run PACK appends small tables to (mn_pack.c): off 0 = none
+	 * yet.  Not kept across a restart: a restarted node starts a new
+	 * one, and the old ones live on, read-only, until freed. */
+	uint64_t pack_off, pack_len, pack_fill;
 };
 
 struct mn_server {
@@ -135,6 +139,15 @@ int mn_conn_grant(struct mn_server *s, struct mn_conn *mc, uint64_t off, uint64_
 		  enum mn_kind kind, uint32_t *rkey, unsigned *access);
 /* Revoke every connection's grant on the run at off of volume v. Lock held. */
 void mn_revoke_all(struct mn_server *s, int v, uint64_t off);
+/* One extent entry of LIST_EXTENTS, GRANT, SEAL and PACK replies
+ * (MN_EXTENT_WIRE bytes, docs/rpc.md). */
+void mn_put_extent(uint8_t *e, uint64_t off, uint64_t len, uint32_t rkey, enum mn_kind kind,
+		   unsigned acc);
+/* PACK (memnode/mn_pack.c), and forgetting volume v's packed run at off
+ * when it is freed (no more tables go into it).  Lock held for forget. */
+void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		const uint8_t *req, size_t len);
+void mn_pack_forget(struct mn_server *s, int v, uint64_t off);
 /* Release mc's lease and grants (CLOSE, disconnect).  Lock held. */
 void mn_conn_release(struct mn_server *s, struct mn_conn *mc);
 

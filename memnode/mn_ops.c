@@ -180,8 +180,7 @@ static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_cal
 	reply_err(call, rc);
 }
 
-/* One extent entry of LIST_EXTENTS, GRANT and SEAL replies (docs/rpc.md). */
-static void put_extent(uint8_t *e, uint64_t off, uint64_t len, uint32_t rkey, enum mn_kind kind,
+void mn_put_extent(uint8_t *e, uint64_t off, uint64_t len, uint32_t rkey, enum mn_kind kind,
 		       unsigned acc)
 {
 	put_u64(e, off);
@@ -219,7 +218,7 @@ static void op_list_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_
 		rc = mn_conn_grant(s, mc, off, elen, kind, &rkey, &acc);
 		if (rc)
 			break;
-		put_extent(e, off, elen, rkey, kind, acc);
+		mn_put_extent(e, off, elen, rkey, kind, acc);
 		n++;
 	}
 	if (cursor >= s->rg.npages)
@@ -256,7 +255,7 @@ static void op_grant(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		return reply_err(call, rc);
-	put_extent(rep, start, rlen, rkey, kind, acc);
+	mn_put_extent(rep, start, rlen, rkey, kind, acc);
 	rpc_reply(call, 0, rep, sizeof(rep));
 }
 
@@ -291,7 +290,7 @@ static void op_seal(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		return reply_err(call, rc);
-	put_extent(rep, off, sealed, rkey, MN_KIND_NODE, acc);
+	mn_put_extent(rep, off, sealed, rkey, MN_KIND_NODE, acc);
 	rpc_reply(call, 0, rep, sizeof(rep));
 }
 
@@ -331,8 +330,10 @@ static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_
 		if (off % MN_PAGE_SIZE || p >= s->rg.npages ||
 		    (uint64_t)s->rg.run[p] * MN_PAGE_SIZE != elen)
 			r = -EINVAL;
-		else
+		else {
+			mn_pack_forget(s, mc->vol, off); /* no table goes in after this */
 			r = free_pinned(s, mc->vol, MN_KIND_NODE, off);
+		}
 		if (r && !rc)
 			rc = r;
 	}
@@ -628,6 +629,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_COPY] = { "copy", V | W, op_copy }, /* up to 2 MiB of memcpy: a worker */
 	[MN_OP_COMPACT] = { "compact", V | W, mn_op_compact }, /* memnode/mn_compact.c */
 	[MN_OP_SEAL] = { "seal", V | W | I, op_seal },
+	[MN_OP_PACK] = { "pack", V | W, mn_op_pack }, /* up to 4 MiB of memcpy: a worker */
 };
 #undef V
 #undef W

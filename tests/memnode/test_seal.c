@@ -83,21 +83,31 @@ static int raw_call_ext(struct raw *w, uint16_t op, const uint8_t *req, size_t l
 	return 0;
 }
 
+/* A new domain with w->buf registered, the writer of volume "v" on s, and
+ * a slab of len bytes: its offset (its rkey in *rkey). */
+static uint64_t raw_writer_slab(struct raw *w, struct mn_server *s, uint64_t len, uint32_t *rkey)
+{
+	uint8_t req[8], rep[24];
+	size_t rl = 0;
+
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &w->d), 0);
+	cr_assert_eq(net_reg_mr(w->d, w->buf, sizeof(w->buf), NET_ACCESS_LOCAL_WRITE, &w->mr), 0);
+	cr_assert_eq(raw_open(w, mn_server_addr(s), true, 0), 0);
+	put_u64(req, len);
+	cr_assert_eq(rpc_call(w->ch, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl), 0);
+	*rkey = get_u32(rep + 16);
+	return get_u64(rep);
+}
+
 Test(seal, a_sealed_table_is_read_only_on_the_wire)
 {
 	struct mn_server *s = mt_server(16 << 20, NULL);
 	struct raw w = { 0 };
 	struct ext_reply x;
-	uint8_t req[16], rep[24];
-	size_t rl = 0;
+	uint8_t req[16];
+	uint32_t slab_rkey;
+	uint64_t off = raw_writer_slab(&w, s, 3 << 20, &slab_rkey);
 
-	cr_assert_eq(net_domain_create(MT_TRANSPORT, &w.d), 0);
-	cr_assert_eq(net_reg_mr(w.d, w.buf, sizeof(w.buf), NET_ACCESS_LOCAL_WRITE, &w.mr), 0);
-	cr_assert_eq(raw_open(&w, mn_server_addr(s), true, 0), 0);
-	put_u64(req, 3 << 20);
-	cr_assert_eq(rpc_call(w.ch, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl), 0);
-	uint64_t off = get_u64(rep);
-	uint32_t slab_rkey = get_u32(rep + 16);
 	memset(w.buf, 'T', sizeof(w.buf));
 	cr_assert_eq(raw_io(&w, true, off, slab_rkey, sizeof(w.buf)), 0, "the writer fills its slab");
 	/* A reader of the volume holds a grant of the whole slab. */
@@ -218,5 +228,117 @@ Test(seal, sealed_extent_is_trimmed_read_only_and_freed_as_a_node_extent)
 	cr_assert_eq(list[0].off, e2.off);
 	free(list);
 	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+/* PACK (memnode/mn_pack.c): small tables copied into one node run, which
+ * no client can write, whatever rkey it presents; a freed run is forgotten
+ * (the next table starts a new one). */
+static int raw_pack(struct raw *w, uint64_t src, uint64_t len, uint64_t *dst,
+		    struct ext_reply *x)
+{
+	uint8_t req[16], rep[8 + MN_EXTENT_WIRE];
+	size_t rl = 0;
+	int rc;
+
+	put_u64(req, src);
+	put_u64(req + 8, len);
+	rc = rpc_call(w->ch, MN_OP_PACK, req, sizeof(req), NULL, rep, sizeof(rep), &rl);
+	if (rc)
+		return rc;
+	cr_assert_eq(rl, sizeof(rep));
+	*dst = get_u64(rep);
+	*x = (struct ext_reply){ get_u64(rep + 8), get_u64(rep + 16), get_u32(rep + 24), rep[28],
+				 rep[29] };
+	return 0;
+}
+
+/* A 64-byte write at off with w's grant of the run holding grant_at: refused,
+ * and the connection broken for it (as a NIC's queue pair would be), so it
+ * is opened again with the lease secret. */
+static void write_refused(struct raw *w, const char *addr, uint64_t grant_at, uint64_t off)
+{
+	struct ext_reply g;
+	uint8_t req[8];
+	int rc;
+
+	put_u64(req, grant_at);
+	cr_assert_eq(raw_call_ext(w, MN_OP_GRANT, req, 8, &g), 0);
+	memset(w->buf, 'X', 64);
+	rc = raw_io(w, true, off, g.rkey, 64);
+	cr_assert_eq(rc, -DKV_E_GRANT, "a write at %llu (grant of %llu) landed or failed otherwise: %s",
+		     (unsigned long long)off, (unsigned long long)grant_at, dkv_strerror(rc));
+	raw_close(w);
+	cr_assert_eq(raw_open(w, addr, true, w->secret), 0);
+}
+
+Test(seal, packed_tables_share_a_run_no_client_can_write)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct raw w = { 0 };
+	struct ext_reply x, x2;
+	uint64_t d1, d2, d3;
+	uint8_t req[24];
+	uint32_t slab_rkey;
+	uint64_t slab = raw_writer_slab(&w, s, 1 << 20, &slab_rkey);
+
+	memset(w.buf, 'A', sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, true, slab, slab_rkey, sizeof(w.buf)), 0);
+	memset(w.buf, 'B', sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, true, slab + 8192, slab_rkey, sizeof(w.buf)), 0);
+
+	cr_assert_eq(raw_pack(&w, slab, 4000, &d1, &x), 0);
+	cr_assert_eq(x.kind, MN_KIND_NODE);
+	cr_assert_eq(x.len, 1 << 20, "one page for small tables");
+	cr_assert_eq(x.access & NET_ACCESS_REMOTE_WRITE, 0, "the run's grant is read-only");
+	cr_assert_eq(d1, x.off, "the first table opens the run");
+	cr_assert_eq(raw_pack(&w, slab + 8192, 3000, &d2, &x2), 0);
+	cr_assert_eq(x2.off, x.off, "the second table shares the run");
+	cr_assert_eq(d2, d1 + 4032, "packed at the next 64-byte boundary");
+	/* Refused: no bytes, too many, not from the volume's slabs (the run
+	 * itself), and from a reader. */
+	cr_assert_eq(raw_pack(&w, slab, 0, &d3, &x2), -EINVAL);
+	cr_assert_eq(raw_pack(&w, slab, (uint64_t)MN_PACK_MAX + 1, &d3, &x2), -EINVAL);
+	cr_assert_eq(raw_pack(&w, d1, 64, &d3, &x2), -EPERM, "a packed table is not slab space");
+
+	/* Every write into the run is refused, with its grant or the slab's. */
+	write_refused(&w, mn_server_addr(s), d1, d1);
+	write_refused(&w, mn_server_addr(s), d1, d2 + 64);
+	write_refused(&w, mn_server_addr(s), slab, d1);
+	put_u64(req, d1);
+	cr_assert_eq(raw_call_ext(&w, MN_OP_GRANT, req, 8, &x), 0);
+	cr_assert_eq(x.access & NET_ACCESS_REMOTE_WRITE, 0, "granted read-only after a reconnect");
+	memset(w.buf, 0, sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, false, d1, x.rkey, 4096), 0);
+	for (size_t i = 0; i < 4096; i++)
+		cr_assert_eq(w.buf[i], i < 4000 ? 'A' : i < 4032 ? 0 : 'B', "byte %zu", i);
+	cr_assert_eq(raw_io(&w, false, d2, x.rkey, 3000), 0);
+	for (size_t i = 0; i < 3000; i++)
+		cr_assert_eq(w.buf[i], 'B', "byte %zu of the second table", i);
+
+	struct raw rd = { 0 };
+	rd.d = w.d;
+	cr_assert_eq(net_reg_mr(rd.d, rd.buf, sizeof(rd.buf), NET_ACCESS_LOCAL_WRITE, &rd.mr), 0);
+	cr_assert_eq(raw_open(&rd, mn_server_addr(s), false, 0), 0);
+	cr_assert_eq(raw_pack(&rd, slab, 64, &d3, &x2), -EROFS, "a reader cannot pack");
+	raw_close(&rd);
+	net_dereg_mr(rd.mr);
+
+	/* Freed by its writer (FREE_EXTENTS, as a compaction output): the node
+	 * forgets it, and the next table starts a new run. */
+	put_u32(req, 1);
+	put_u32(req + 4, 0);
+	put_u64(req + 8, x.off);
+	put_u64(req + 16, x.len);
+	cr_assert_eq(rpc_call(w.ch, MN_OP_FREE_EXTENTS, req, 24, NULL, NULL, 0, NULL), 0);
+	cr_assert_eq(raw_pack(&w, slab + 8192, 100, &d3, &x2), 0);
+	cr_assert_eq(d3, x2.off, "a new run, filled from its start");
+	memset(w.buf, 0, sizeof(w.buf));
+	cr_assert_eq(raw_io(&w, false, d3, x2.rkey, 100), 0);
+	cr_assert_eq(w.buf[0], 'B');
+	cr_assert_eq(w.buf[99], 'B');
+	raw_close(&w);
+	net_dereg_mr(w.mr);
+	net_domain_destroy(w.d);
 	mn_server_destroy(s);
 }
