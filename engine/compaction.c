@@ -713,6 +713,7 @@ static void *comp_main(void *arg)
 				pthread_mutex_unlock(&c->mu);
 				eng_flush_deletes(db);
 				eng_blob_tick(db);
+				eng_pack_sweep(db);
 				pthread_mutex_lock(&c->mu);
 				c->work = true;
 			}

@@ -156,6 +156,7 @@ struct eng_stats {
 	uint64_t tables_sealed;           /* tables written into runs then made read-only */
 	uint64_t tables_unsealed;         /* ... into slab space, writable (node full) */
 	uint64_t tables_packed;           /* small tables copied into a read-only packed run */
+	uint64_t tables_repacked;         /* ... of them, left in slab space first (node was full) */
 	uint64_t tables_in_place;         /* tables read in place, not by READ (local node) */
 	uint64_t space_low;               /* 1: the node is below the reserve (volume full) */
 	uint64_t memtable_bytes, immutables;

@@ -53,8 +53,6 @@ enum eng_fault {
 	ENG_FAULT_COMPACTION_ACK, /* a compaction's manifest record reaches the node, its ack is lost (-EIO) */
 	ENG_FAULT_COMPACTION_HOLD, /* a compaction holds its outputs ENG_FAULT_HOLD_MS before
 				    * installing or giving them back (a slow one) */
-	ENG_FAULT_PACK,          /* a PACK refused as by a node with no page free (-ENOSPC):
-				  * the small table stays in slab space */
 	ENG_FAULT_N
 };
 #define ENG_FAULT_HOLD_MS 2000
@@ -358,6 +356,9 @@ struct eng_db {
 	 * group whole.  Unlike bg_error (a flush that may work again), sticky. */
 	_Atomic int broken;
 	_Atomic long faults[ENG_FAULT_N]; /* eng_fault_arm countdowns */
+	/* Tests: while set, no table is packed, as on a node that never has
+	 * a page to spare (engine/pack.c). */
+	atomic_bool test_no_pack;
 	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */
 	/* Free space (node + our slabs) is below `reserve`: large puts fail
 	 * with -ENOSPC up front, so deletes, flushes and compaction still find
@@ -423,7 +424,7 @@ struct eng_db {
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
-	_Atomic uint64_t st_tables_sealed, st_tables_unsealed, st_tables_packed;            /* engine/flush.c */
+	_Atomic uint64_t st_tables_sealed, st_tables_unsealed, st_tables_packed, st_tables_repacked;            /* engine/flush.c */
 	_Atomic uint64_t st_tables_in_place;                              /* engine/table.c */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
@@ -585,6 +586,12 @@ int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh);
  * under man_mu: no PACK can put a table into it meanwhile).  Caller holds
  * man_mu. */
 void eng_pack_put(struct eng_db *db, uint64_t off);
+/* Tables left in slab space (written when the node had no page to spare,
+ * or by the cleaner on a full volume) packed now that it has: up to 8 per
+ * call, each put in its own place by one edit (same number and level).
+ * The compaction thread calls it when idle, so no compaction or cleaner
+ * step races it.  Failures are logged (rate-limited) and retried. */
+void eng_pack_sweep(struct eng_db *db);
 /* At a writable open: is ex, an extent of the volume, a packed run holding
  * tables of the current version?  Then it is counted with them (true). */
 bool eng_pack_adopt(struct eng_db *db, const struct mn_extent *ex);

@@ -235,9 +235,9 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
  * the byte and leave the node's last pages to compaction and to the deletes
  * that will free space; a small one is then copied into the node's packed
  * run, read-only, while the node has room (engine/pack.c: tables_packed).
- * The rest stay writable by this mount until a compaction replaces them
- * (with node extents, which no client can write); tables_unsealed counts
- * them.  (Sealing every table, a 20 KB one took a whole 1 MiB page until
+ * The rest stay writable by this mount until the node has room again
+ * (eng_pack_sweep packs them) or a compaction replaces them (with node
+ * extents, which no client can write); tables_unsealed counts them.  (Sealing every table, a 20 KB one took a whole 1 MiB page until
  * merged: a node of small flushes filled with waste.) */
 #define FLUSH_SEAL_MIN (4u << 20)
 bool eng_seal_room(struct eng_db *db, uint64_t est, bool fresh)

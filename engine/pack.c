@@ -6,7 +6,9 @@
  * a compute-mode compaction's last output) is copied by the memory node
  * into the volume's packed run (MN_OP_PACK, memnode/mn_pack.c): a node
  * extent that no client can write, shared by many small tables.  Its slab
- * space is given back at once.
+ * space is given back at once.  A table that could not be packed (the node
+ * had no page to spare) is packed later, when the node has room again, by
+ * the compaction thread's idle tick (eng_pack_sweep).
  *
  * The node does not know when a table dies; we do.  Each packed run we
  * know counts its live tables, and the last one to go frees the run.  The
@@ -58,7 +60,7 @@ int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh)
 	uint64_t noff = 0;
 	int r;
 
-	if (len > MN_PACK_MAX || eng_fault_hit(db, ENG_FAULT_PACK))
+	if (len > MN_PACK_MAX || atomic_load(&db->test_no_pack))
 		return -ENOSPC;
 	pthread_mutex_lock(&db->man_mu);
 	if (fresh)
@@ -79,7 +81,7 @@ int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh)
 	if (r && r != -ENOSPC && r != -EOPNOTSUPP)
 		dkv_log_rl(&rl, DKV_LOG_WARN,
 			   "a small table stays in this mount's slab space, writable by it, "
-			   "until compacted: the memory node could not pack it (%s)",
+			   "for now: the memory node could not pack it (%s; tried again when idle)",
 			   dkv_strerror(r));
 	return r;
 }
@@ -123,4 +125,84 @@ bool eng_pack_adopt(struct eng_db *db, const struct mn_extent *ex)
 		dkv_warn("packed run %llu: out of memory counting its tables; it is kept until "
 			 "the next open", (unsigned long long)ex->off);
 	return n != 0;
+}
+
+/* Table t of level, written into slab space when the node had no room,
+ * packed now and put in its own place (same number, same level) by one
+ * edit.  Its slab space is freed when the old handle's last reader goes.
+ * 0, -ENOSPC (no room yet) or another error (nothing changed). */
+static int repack(struct eng_db *db, int level, struct eng_table *t)
+{
+	struct eng_edit e = { 0 };
+	struct eng_table *nt = NULL;
+	struct mn_extent run;
+	uint64_t noff = 0;
+	bool unsure;
+	int r;
+
+	pthread_mutex_lock(&db->man_mu);
+	/* asked of the node each time: the slab space this frees stays ours,
+	 * the run's pages are new */
+	eng_space_check(db);
+	if (atomic_load(&db->space_low) ||
+	    atomic_load(&db->space_free) < db->reserve + 2 * eng_node_extent_len(t->len))
+		r = -ENOSPC;
+	else
+		r = mn_pack(db->mc, t->off, t->len, &noff, &run);
+	if (!r)
+		r = prun_ref(db, &run, 1);
+	pthread_mutex_unlock(&db->man_mu);
+	if (r)
+		return r;
+	r = eng_table_open(db, t->number, noff, t->len, ENG_TABLE_PACKED, &nt);
+	if (!r)
+		r = eng_edit_del_table(&e, level, t->number);
+	if (!r)
+		r = eng_edit_add_table(&e, level, t->number, noff, t->len, ENG_TABLE_PACKED);
+	if (!r)
+		r = eng_install_edit(db, &e, &nt, NULL);
+	unsure = e.unsure;
+	eng_edit_release(&e);
+	if (nt)
+		eng_table_unref(nt); /* installed: the version holds its own reference */
+	if (r) {
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_release_table(db, ENG_TABLE_PACKED, noff, t->len, unsure, NULL, NULL);
+		pthread_mutex_unlock(&db->man_mu);
+		return r;
+	}
+	atomic_fetch_add(&db->st_tables_packed, 1);
+	atomic_fetch_add(&db->st_tables_repacked, 1);
+	return 0;
+}
+
+#define PACK_SWEEP_MAX 8 /* tables per idle tick */
+
+void eng_pack_sweep(struct eng_db *db)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	struct eng_version *v;
+	int n = 0, r = 0;
+
+	if (db->read_only || atomic_load(&db->space_low) || atomic_load(&db->test_no_pack))
+		return;
+	pthread_mutex_lock(&db->mu);
+	v = db->current;
+	eng_version_ref(v);
+	pthread_mutex_unlock(&db->mu);
+	for (int l = 0; l < ENG_LEVELS && !r && n < PACK_SWEEP_MAX; l++)
+		for (size_t i = 0; i < v->nfiles[l] && !r && n < PACK_SWEEP_MAX; i++) {
+			struct eng_table *t = v->files[l][i];
+
+			if (t->owner != ENG_TABLE_SLAB || t->len > MN_PACK_MAX)
+				continue;
+			r = repack(db, l, t);
+			n++;
+		}
+	eng_version_unref(v);
+	if (r && r != -ENOSPC && r != -EOPNOTSUPP)
+		dkv_log_rl(&rl, DKV_LOG_WARN,
+			   "a table in this mount's slab space could not be packed read-only: %s "
+			   "(tried again when the compaction thread is idle)",
+			   dkv_strerror(r));
 }

@@ -426,6 +426,15 @@ static void big_ok(eng_db *db, unsigned step)
  * sealed: read-only to every client, this writer's included, and freed as
  * a node extent once compacted away; reads, a reopen and a compaction work
  * as before.  A small one (an early flush) goes into slab space. */
+/* A node of size bytes and a volume with a 16 MiB memtable on it. */
+static void open_16m(struct tnode *node, uint64_t size, struct eng_options *o, eng_db **db)
+{
+	cr_assert_eq(tnode_start(node, size, NULL, NULL), 0);
+	topts(o, node);
+	o->memtable_size = 16u << 20;
+	cr_assert_eq(eng_open(o, db), 0);
+}
+
 Test(api, flushed_table_is_sealed_read_only)
 {
 	struct tnode node;
@@ -436,10 +445,7 @@ Test(api, flushed_table_is_sealed_read_only)
 	char val[1024];
 	eng_db *db;
 
-	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 16u << 20;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_16m(&node, 256u << 20, &o, &db);
 	memset(val, 'v', sizeof(val));
 	for (unsigned i = 0; i < 6000; i++) {
 		char k[32];
@@ -508,10 +514,7 @@ Test(api, small_tables_are_packed_read_only)
 	uint64_t run_off, d;
 	eng_db *db;
 
-	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 16u << 20;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_16m(&node, 64u << 20, &o, &db);
 	cr_assert_eq(mn_stats(db->mc, &ns0), 0);
 	for (unsigned i = 0; i < 3; i++) {
 		put_n(db, i * 100, 100);
@@ -559,6 +562,55 @@ Test(api, small_tables_are_packed_read_only)
 	cr_assert_eq(eng_open(&o, &db), 0);
 	cr_assert(!listed(db, run.off), "an orphan packed run is freed at the open");
 	get_ok(db, 299);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* A table written into slab space when the node could not pack it (here
+ * the fault that stands for a node with no page to spare) is packed by the
+ * compaction thread's next idle tick, and keeps its number and level. */
+Test(api, a_table_left_in_slab_space_is_packed_later)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct eng_table *t;
+	uint64_t number, end;
+	eng_db *db;
+
+	open_16m(&node, 64u << 20, &o, &db);
+	put_n(db, 0, 200);
+	atomic_store(&db->test_no_pack, true);
+	cr_assert_eq(eng_flush(db), 0);
+	pthread_mutex_lock(&db->mu);
+	t = db->current->files[0][0];
+	cr_assert_eq(t->owner, ENG_TABLE_SLAB, "kept in slab space");
+	number = t->number;
+	pthread_mutex_unlock(&db->mu);
+	usleep(1500000); /* an idle tick or more */
+	cr_assert_eq(db->current->files[0][0]->owner, ENG_TABLE_SLAB, "packed while refused");
+	atomic_store(&db->test_no_pack, false); /* the node has room again */
+	end = eng_now_us() + 20000000ull * (uint64_t)test_time_scale();
+	do {
+		usleep(50000);
+		cr_assert_eq(eng_stats(db, &st), 0);
+	} while (st.tables_repacked == 0 && eng_now_us() < end);
+	cr_assert_eq(st.tables_repacked, 1, "not packed by the idle compaction thread in 20 s");
+	pthread_mutex_lock(&db->mu);
+	cr_assert_eq(db->current->nfiles[0], 1);
+	t = db->current->files[0][0];
+	cr_assert_eq(t->owner, ENG_TABLE_PACKED);
+	cr_assert_eq(t->number, number, "the same table, in its own place");
+	uint64_t off = t->off;
+	pthread_mutex_unlock(&db->mu);
+	cr_assert_eq(mn_write(db->mc, off, "x", 1), -DKV_E_GRANT);
+	for (unsigned i = 0; i < 200; i += 3)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(db->current->files[0][0]->owner, ENG_TABLE_PACKED);
+	for (unsigned i = 0; i < 200; i += 3)
+		get_ok(db, i);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
