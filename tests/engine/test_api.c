@@ -588,7 +588,10 @@ Test(api, a_table_left_in_slab_space_is_packed_later)
 	number = t->number;
 	pthread_mutex_unlock(&db->mu);
 	usleep(1500000); /* an idle tick or more */
-	cr_assert_eq(db->current->files[0][0]->owner, ENG_TABLE_SLAB, "packed while refused");
+	pthread_mutex_lock(&db->mu);
+	int owner = db->current->files[0][0]->owner;
+	pthread_mutex_unlock(&db->mu);
+	cr_assert_eq(owner, ENG_TABLE_SLAB, "packed while refused");
 	atomic_store(&db->test_no_pack, false); /* the node has room again */
 	end = eng_now_us() + 20000000ull * (uint64_t)test_time_scale();
 	do {
@@ -608,7 +611,10 @@ Test(api, a_table_left_in_slab_space_is_packed_later)
 		get_ok(db, i);
 	cr_assert_eq(eng_close(db), 0);
 	cr_assert_eq(eng_open(&o, &db), 0);
-	cr_assert_eq(db->current->files[0][0]->owner, ENG_TABLE_PACKED);
+	pthread_mutex_lock(&db->mu);
+	owner = db->current->files[0][0]->owner;
+	pthread_mutex_unlock(&db->mu);
+	cr_assert_eq(owner, ENG_TABLE_PACKED);
 	for (unsigned i = 0; i < 200; i += 3)
 		get_ok(db, i);
 	cr_assert_eq(eng_close(db), 0);
