@@ -116,6 +116,10 @@ static void run_restart(enum net_kind kind)
 	}
 	check(db, tags);
 	cr_assert_eq(eng_flush(db), 0);
+	/* its small flushes went into packed runs, before and after the kill */
+	struct eng_stats st;
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_gt(st.tables_packed, 0);
 	cr_assert_eq(eng_close(db), 0);
 
 	/* Kill and restart the node once more, then reopen: all there. */
