@@ -411,9 +411,13 @@ struct eng_db {
 	struct eng_deferred *deferred;
 	size_t ndeferred, deferred_cap;
 	/* Packed runs holding our small tables, each with its count of live
-	 * tables (engine/pack.c).  man_mu. */
+	 * tables, and the one PACK last answered with, which the node fills
+	 * and we never free (engine/pack.c).  man_mu.  pack_mu serialises PACK
+	 * calls (taken before man_mu, never held by the write path). */
 	struct eng_prun *pruns;
 	size_t npruns, pruns_cap;
+	uint64_t pack_cur;
+	pthread_mutex_t pack_mu;
 
 	/* stats (relaxed atomics) */
 	_Atomic uint64_t st_puts, st_deletes, st_gets, st_get_hits, st_iter_seeks, st_batches;

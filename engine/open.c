@@ -207,6 +207,7 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->wq_mu, NULL);
 	pthread_mutex_init(&db->mu, NULL);
 	pthread_mutex_init(&db->man_mu, NULL);
+	pthread_mutex_init(&db->pack_mu, NULL);
 	pthread_mutex_init(&db->free_mu, NULL);
 	pthread_mutex_init(&db->reclaim_mu, NULL);
 	pthread_mutex_init(&db->blob_mu, NULL);
@@ -374,6 +375,7 @@ int eng_close(eng_db *db)
 	pthread_mutex_destroy(&db->wq_mu);
 	pthread_mutex_destroy(&db->mu);
 	pthread_mutex_destroy(&db->man_mu);
+	pthread_mutex_destroy(&db->pack_mu);
 	pthread_mutex_destroy(&db->free_mu);
 	pthread_mutex_destroy(&db->reclaim_mu);
 	pthread_mutex_destroy(&db->blob_mu);

@@ -11,10 +11,12 @@
  * the compaction thread's idle tick (eng_pack_sweep).
  *
  * The node does not know when a table dies; we do.  Each packed run we
- * know counts its live tables, and the last one to go frees the run.  The
- * PACK call and that free both happen under man_mu, so the node never
- * puts a table into a run we are freeing (it forgets a run as its packed
- * run when the run is freed).  At a writable open the counts are rebuilt
+ * know counts its live tables, and the last one to go frees the run,
+ * unless it is the run PACK last answered with (db->pack_cur), which the
+ * node may still be filling: that one is freed once PACK moves on to a
+ * new run.  PACK calls are serialised (pack_mu), and the node forgets its
+ * packed run when our lease is granted, so the two agree on which run is
+ * being filled and no table is ever packed into a run we free.  At a writable open the counts are rebuilt
  * from the manifest: a node extent holding a packed table of the current
  * version is a packed run; one holding none is an orphan (engine/open.c).
  */
@@ -53,36 +55,74 @@ static int prun_ref(struct eng_db *db, const struct mn_extent *run, uint64_t n)
 	return 0;
 }
 
-int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh)
+/* Run p goes back to the node (it is forgotten here).  man_mu held. */
+static void prun_free(struct eng_db *db, struct eng_prun *p)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
-	struct mn_extent run, old = { *off, len };
-	uint64_t noff = 0;
+	struct mn_extent run = { p->off, p->len };
+
+	*p = db->pruns[--db->npruns];
+	if (mn_free_extents(db->mc, &run, 1))
+		dkv_warn("could not free packed run %llu (the next open reclaims it)",
+			 (unsigned long long)run.off);
+}
+
+/* PACK the len bytes at src (slab space) if the node has room for them
+ * twice over above the reserve (fresh: asked now): their new offset in
+ * *noff, counted live in their run.  pack_mu serialises the calls, so the
+ * run the node fills is always db->pack_cur once a call returns; a run
+ * left behind with no live table is freed here.  man_mu is held only
+ * around the counts: the write path takes it, and waits on no PACK. */
+static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, bool fresh, uint64_t *noff)
+{
+	struct mn_extent run;
 	int r;
 
 	if (len > MN_PACK_MAX || atomic_load(&db->test_no_pack))
 		return -ENOSPC;
-	pthread_mutex_lock(&db->man_mu);
-	if (fresh)
+	pthread_mutex_lock(&db->pack_mu);
+	if (fresh) {
+		pthread_mutex_lock(&db->man_mu);
 		eng_space_check(db);
+		pthread_mutex_unlock(&db->man_mu);
+	}
 	if (atomic_load(&db->space_low) ||
 	    atomic_load(&db->space_free) < db->reserve + 2 * eng_node_extent_len(len))
 		r = -ENOSPC;
 	else
-		r = mn_pack(db->mc, *off, len, &noff, &run);
-	if (!r)
-		r = prun_ref(db, &run, 1); /* -ENOMEM: the copy is unused, freed with its run */
+		r = mn_pack(db->mc, src, len, noff, &run);
 	if (!r) {
-		eng_space_discard(db, &old, 1);
-		eng_space_put(db, old.off, len);
-		*off = noff;
+		pthread_mutex_lock(&db->man_mu);
+		r = prun_ref(db, &run, 1); /* -ENOMEM: the copy is unused, freed with its run */
+		if (!r && db->pack_cur != run.off) {
+			struct eng_prun *old = db->pack_cur ? prun_of(db, db->pack_cur) : NULL;
+
+			db->pack_cur = run.off;
+			if (old && !old->live)
+				prun_free(db, old);
+		}
+		pthread_mutex_unlock(&db->man_mu);
 	}
-	pthread_mutex_unlock(&db->man_mu);
-	if (r && r != -ENOSPC && r != -EOPNOTSUPP)
+	pthread_mutex_unlock(&db->pack_mu);
+	return r;
+}
+
+int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	uint64_t noff = 0;
+	int r = pack_copy(db, *off, len, fresh, &noff);
+
+	if (!r) {
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_put(db, *off, len);
+		pthread_mutex_unlock(&db->man_mu);
+		*off = noff;
+	} else if (r != -ENOSPC && r != -EOPNOTSUPP) {
 		dkv_log_rl(&rl, DKV_LOG_WARN,
 			   "a small table stays in this mount's slab space, writable by it, "
 			   "for now: the memory node could not pack it (%s; tried again when idle)",
 			   dkv_strerror(r));
+	}
 	return r;
 }
 
@@ -90,7 +130,6 @@ void eng_pack_put(struct eng_db *db, uint64_t off)
 {
 	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	struct eng_prun *p = prun_of(db, off);
-	struct mn_extent run;
 
 	if (!p) {
 		/* the open could not list the volume's extents: the next one
@@ -101,11 +140,8 @@ void eng_pack_put(struct eng_db *db, uint64_t off)
 	}
 	if (p->live && --p->live)
 		return;
-	run = (struct mn_extent){ p->off, p->len };
-	*p = db->pruns[--db->npruns];
-	if (mn_free_extents(db->mc, &run, 1))
-		dkv_warn("could not free packed run %llu (the next open reclaims it)",
-			 (unsigned long long)run.off);
+	if (p->off != db->pack_cur) /* that one the node still fills */
+		prun_free(db, p);
 }
 
 bool eng_pack_adopt(struct eng_db *db, const struct mn_extent *ex)
@@ -135,23 +171,13 @@ static int repack(struct eng_db *db, int level, struct eng_table *t)
 {
 	struct eng_edit e = { 0 };
 	struct eng_table *nt = NULL;
-	struct mn_extent run;
 	uint64_t noff = 0;
 	bool unsure;
 	int r;
 
-	pthread_mutex_lock(&db->man_mu);
-	/* asked of the node each time: the slab space this frees stays ours,
-	 * the run's pages are new */
-	eng_space_check(db);
-	if (atomic_load(&db->space_low) ||
-	    atomic_load(&db->space_free) < db->reserve + 2 * eng_node_extent_len(t->len))
-		r = -ENOSPC;
-	else
-		r = mn_pack(db->mc, t->off, t->len, &noff, &run);
-	if (!r)
-		r = prun_ref(db, &run, 1);
-	pthread_mutex_unlock(&db->man_mu);
+	/* the node's room asked each time: the slab space this frees stays
+	 * ours, the run's pages are new */
+	r = pack_copy(db, t->off, t->len, true, &noff);
 	if (r)
 		return r;
 	r = eng_table_open(db, t->number, noff, t->len, ENG_TABLE_PACKED, &nt);

@@ -90,6 +90,9 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	if (flags & MN_OPEN_WRITER) {
 		mc->writer = true;
 		s->vs[v].writer = mc;
+		/* a new lease (or the holder back): it starts with no packed run
+		 * of its own, so it never frees the one the node fills */
+		mn_pack_forget(s, v, s->vs[v].pack_off);
 		if (old && secret)
 			mc->lease_secret = secret; /* taken over: the holder keeps it */
 		while (!mc->lease_secret)

@@ -9,8 +9,10 @@
  * the node fills table after table, each at a 64-byte boundary, and
  * replaces with a new run when the next table does not fit.  The compute
  * node counts the live tables of each packed run and frees the run with
- * the last of them (engine/pack.c); a freed run is forgotten here first,
- * so nothing is ever packed into memory that is being freed.
+ * the last of them (engine/pack.c), never the run it last got from PACK,
+ * which is the one the node fills.  The node forgets its packed run when
+ * the run is freed and when the writer lease is granted (a new mount, or
+ * the same one reconnected), so the two always agree on it.
  *
  * Request: u64 src (in the volume's slabs) | u64 len (1..MN_PACK_MAX).
  * Reply: u64 off (where the table now is) | the packed run as one extent

@@ -486,6 +486,13 @@ Test(api, flushed_table_is_sealed_read_only)
 	tnode_stop(&node);
 }
 
+static void drain(eng_db *db)
+{
+	pthread_mutex_lock(&db->man_mu);
+	eng_space_drain(db);
+	pthread_mutex_unlock(&db->man_mu);
+}
+
 static bool listed(eng_db *db, uint64_t off)
 {
 	struct mn_extent *list = NULL;
@@ -501,9 +508,9 @@ static bool listed(eng_db *db, uint64_t off)
 
 /* Small tables (early flushes, a sync's) are copied by the node into a
  * packed run that no client can write (engine/pack.c): three flushes share
- * one page, stay read-only after a reopen, and the run is freed with the
- * last of its tables; a run holding none at an open is freed as an
- * orphan. */
+ * one page and stay read-only after a reopen; a run is freed with the last
+ * of its tables once the node no longer fills it; a run holding none at an
+ * open is freed as an orphan. */
 Test(api, small_tables_are_packed_read_only)
 {
 	struct tnode node;
@@ -537,19 +544,34 @@ Test(api, small_tables_are_packed_read_only)
 	run_off = db->pruns[0].off;
 	cr_assert_eq(mn_stats(db->mc, &ns), 0);
 	cr_assert_eq(ns.used_node - ns0.used_node, 1u << 20, "one page holds them");
+	/* Merged away, but the node may still fill that run: kept, until a
+	 * table that does not fit moves PACK on to a new run. */
+	cr_assert_eq(eng_compact_all(db), 0);
+	drain(db);
+	cr_assert_eq(db->npruns, 1);
+	cr_assert_eq(db->pruns[0].live, 0);
+	cr_assert(listed(db, run_off), "the run the node fills was freed under it");
+	put_n(db, 1000, 10000); /* over 1 MiB */
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert(!listed(db, run_off), "the emptied run was not freed when PACK moved on");
+	cr_assert_eq(db->npruns, 1);
+	run_off = db->pruns[0].off;
 	cr_assert_eq(eng_close(db), 0);
 
 	cr_assert_eq(eng_open(&o, &db), 0);
 	cr_assert_eq(db->npruns, 1, "counted again at the open");
-	cr_assert_eq(db->pruns[0].live, 3);
-	cr_assert_eq(mn_write(db->mc, db->current->files[0][1]->off, "x", 1), -DKV_E_GRANT);
+	cr_assert_eq(db->pruns[0].live, 1);
+	pthread_mutex_lock(&db->mu);
+	uint64_t l0_off = db->current->files[0][0]->off;
+	pthread_mutex_unlock(&db->mu);
+	cr_assert_eq(mn_write(db->mc, l0_off, "x", 1), -DKV_E_GRANT);
 	for (unsigned i = 0; i < 300; i += 7)
 		get_ok(db, i);
-	/* Merged away: the run goes with its last table. */
+	get_ok(db, 10999);
+	/* Merged away after the open (the node forgot its packed run when it
+	 * granted the lease): the run goes with its last table. */
 	cr_assert_eq(eng_compact_all(db), 0);
-	pthread_mutex_lock(&db->man_mu);
-	eng_space_drain(db);
-	pthread_mutex_unlock(&db->man_mu);
+	drain(db);
 	cr_assert_eq(db->npruns, 0);
 	cr_assert(!listed(db, run_off), "the emptied run was freed");
 	for (unsigned i = 0; i < 300; i += 7)
