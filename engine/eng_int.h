@@ -428,7 +428,8 @@ struct eng_db {
 	_Atomic uint64_t st_compactions, st_comp_read, st_comp_written, st_comp_net;
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
-	_Atomic uint64_t st_tables_sealed, st_tables_unsealed, st_tables_packed, st_tables_repacked;            /* engine/flush.c */
+	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
+	_Atomic uint64_t st_tables_packed, st_tables_repacked;            /* engine/pack.c */
 	_Atomic uint64_t st_tables_in_place;                              /* engine/table.c */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
 
@@ -580,15 +581,15 @@ void eng_space_trim_all(struct eng_db *db);
  * and written and synced in our slab space at *off is copied by the node
  * into its packed run, read-only from then on (MN_OP_PACK), if the node
  * has room for it twice over above the reserve (fresh: asked of the node
- * now, as eng_seal_room does): 0 and the table's new
- * offset in *off (its slab space is given back; the run counts it as
- * live), or an error with the table where it was (it stays writable:
- * tables_unsealed).  man_mu not held. */
+ * now, as eng_seal_room does): 0 and the table's new offset in *off (its
+ * slab space goes back to the allocator; the run counts it as live), or an
+ * error with the table where it was (it stays writable: tables_unsealed).
+ * man_mu not held. */
 int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh);
 /* A packed table at off is gone (or was never installed): its run counts
- * one live table less, and is freed with the last (mn_free_extents, here,
- * under man_mu: no PACK can put a table into it meanwhile).  Caller holds
- * man_mu. */
+ * one live table less, and is freed with the last (mn_free_extents, here),
+ * unless it is db->pack_cur, the run the node may still fill: that one is
+ * freed when PACK moves on.  Caller holds man_mu. */
 void eng_pack_put(struct eng_db *db, uint64_t off);
 /* Tables left in slab space (written when the node had no page to spare,
  * or by the cleaner on a full volume) packed now that it has: up to 8 per

@@ -6,7 +6,7 @@
  * a compute-mode compaction's last output) is copied by the memory node
  * into the volume's packed run (MN_OP_PACK, memnode/mn_pack.c): a node
  * extent that no client can write, shared by many small tables.  Its slab
- * space is given back at once.  A table that could not be packed (the node
+ * space goes back to the allocator at once.  A table that could not be packed (the node
  * had no page to spare) is packed later, when the node has room again, by
  * the compaction thread's idle tick (eng_pack_sweep).
  *
@@ -16,9 +16,10 @@
  * node may still be filling: that one is freed once PACK moves on to a
  * new run.  PACK calls are serialised (pack_mu), and the node forgets its
  * packed run when our lease is granted, so the two agree on which run is
- * being filled and no table is ever packed into a run we free.  At a writable open the counts are rebuilt
- * from the manifest: a node extent holding a packed table of the current
- * version is a packed run; one holding none is an orphan (engine/open.c).
+ * being filled and no table is ever packed into a run we free.  At a
+ * writable open the counts are rebuilt from the manifest: a node extent
+ * holding a packed table of the current version is a packed run; one
+ * holding none is an orphan (engine/open.c).
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -184,7 +184,7 @@ static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_cal
 }
 
 void mn_put_extent(uint8_t *e, uint64_t off, uint64_t len, uint32_t rkey, enum mn_kind kind,
-		       unsigned acc)
+		   unsigned acc)
 {
 	put_u64(e, off);
 	put_u64(e + 8, len);

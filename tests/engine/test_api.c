@@ -521,7 +521,7 @@ Test(api, small_tables_are_packed_read_only)
 	uint64_t run_off, d;
 	eng_db *db;
 
-	open_16m(&node, 64u << 20, &o, &db);
+	open_16m(&node, 256u << 20, &o, &db); /* 16 MiB memtable (1/32 of the node at most) */
 	cr_assert_eq(mn_stats(db->mc, &ns0), 0);
 	for (unsigned i = 0; i < 3; i++) {
 		put_n(db, i * 100, 100);
