@@ -361,8 +361,11 @@ static void wait_sent(struct ns_txe *e)
 
 static int answer_complete(struct ns_conn *c, struct ns_slot *s, int status)
 {
-	if (!status)
-		wait_sent(&s->txe);
+	/* an error answer too: the poster reuses the buffer once the WR
+	 * completes, failed or not (an rpc reply buffer was taken by the next
+	 * reply while this one's sendmsg still read it: ThreadSanitizer in
+	 * compaction::node_killed_mid_compaction) */
+	wait_sent(&s->txe);
 	if (status)
 		ns_slot_fail_and_break(c, s, status);
 	else
