@@ -1,6 +1,14 @@
 /* common/deadline.c — see deadline.h. */
 #include "common/deadline.h"
 
+uint64_t dkv_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void dkv_deadline_in(struct timespec *ts, int ms)
 {
 	clock_gettime(CLOCK_MONOTONIC, ts);

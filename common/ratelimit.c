@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "common/deadline.h"
+
 #define DEFAULT_INTERVAL_MS 5000u
 #define DEFAULT_BURST	    10u
 
@@ -56,14 +58,11 @@ uint64_t dkv_ratelimit_pending(struct dkv_ratelimit *rl)
 
 void dkv_log_rl(struct dkv_ratelimit *rl, enum dkv_log_level lvl, const char *fmt, ...)
 {
-	struct timespec ts;
 	uint64_t dropped = 0;
 	char msg[900];
 	va_list ap;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (!dkv_ratelimit_allow(rl, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000,
-				 &dropped))
+	if (!dkv_ratelimit_allow(rl, dkv_mono_ns() / 1000u, &dropped))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/deadline.h"
 #include "common/coding.h"
 #include "common/err.h"
 #include "common/ikey.h"
@@ -48,10 +49,7 @@
 
 uint64_t eng_now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return dkv_mono_ns() / 1000u;
 }
 
 int eng_cond_init(pthread_cond_t *cv)

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/deadline.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "mount/mnt_node.h"
@@ -39,12 +40,6 @@ static void nap_ms(unsigned ms)
 		;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void find_bin(const char *given, char *out, size_t cap)
 {
@@ -110,7 +105,7 @@ static int spawn(struct mnt_node *n)
 		_exit(127);
 	}
 	n->pid = pid;
-	n->started_ms = now_ms();
+	n->started_ms = (dkv_mono_ns() / 1000000u);
 	return 0;
 }
 
@@ -155,22 +150,22 @@ static void *supervise(void *arg)
 	while (!n->stopping) {
 		int st;
 		if (n->pid && waitpid(n->pid, &st, WNOHANG) == n->pid) {
-			bool quick = now_ms() - n->started_ms < STABLE_MS;
+			bool quick = (dkv_mono_ns() / 1000000u) - n->started_ms < STABLE_MS;
 			backoff = quick ? backoff : BACKOFF_MIN_MS;
 			char then[96];
 			snprintf(then, sizeof(then), "; starting it again on the same region in %.1f s",
 				 backoff / 1000.0);
 			say_exit(n, st, then);
 			n->pid = 0;
-			due = now_ms() + backoff;
+			due = (dkv_mono_ns() / 1000000u) + backoff;
 			backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
 		}
-		if (!n->pid && due && now_ms() >= due) {
+		if (!n->pid && due && (dkv_mono_ns() / 1000000u) >= due) {
 			int rc = spawn(n);
 			if (rc) {
 				dkv_err("cannot start the embedded memory node again: %s; retrying",
 					dkv_strerror(rc));
-				due = now_ms() + backoff;
+				due = (dkv_mono_ns() / 1000000u) + backoff;
 			} else {
 				due = 0;
 				__atomic_add_fetch(&n->restarts, 1, __ATOMIC_RELAXED);

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/deadline.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "mount/mnt.h"
@@ -76,13 +77,6 @@ struct spin_pool {
 	pthread_t *threads;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void *serve_main(void *arg);
 
@@ -152,7 +146,7 @@ static int next_request(struct spin_pool *p, struct fuse_buf *buf, uint64_t unti
 			continue;
 		if (r != -EAGAIN)
 			return r; /* 0: unmounted (ENODEV) */
-		if (mono_ns() < until) {
+		if (dkv_mono_ns() < until) {
 			CPU_RELAX();
 			continue;
 		}
@@ -217,7 +211,7 @@ static void *serve_main(void *arg)
 			atomic_store(&p->busy, v);
 			fuse_session_process_buf(p->se, &buf);
 			atomic_compare_exchange_strong(&p->busy, &done, v & ~1ull);
-			until = mono_ns() + p->spin_ns;
+			until = dkv_mono_ns() + p->spin_ns;
 			if (atomic_load(&p->holder) != mine)
 				break; /* the watcher passed it on while this one was slow */
 		}

@@ -83,6 +83,8 @@
  */
 #include "net/net_rdma_int.h"
 
+#include "common/deadline.h"
+
 /* ------------------------------------------------------------------------ */
 /* verbs error styles -> -errno, and other small pure helpers */
 
@@ -251,18 +253,7 @@ void nrdma_fmt_addr(const struct sockaddr *sa, char *buf, size_t cap)
 
 int64_t nrdma_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t nrdma_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return (int64_t)(dkv_mono_ns() / 1000000u);
 }
 
 /* Milliseconds left until deadline (-1: none), for poll(2). */
@@ -763,8 +754,8 @@ static int nrdma_poll_locked(struct nrdma_conn *c, struct net_wc *wc, int max, i
 		n += rc > 0 ? rc : 0;
 	}
 	/* Spin first: a cross-CPU wakeup costs more than most round trips. */
-	spin_end = nrdma_now_ns() + NRDMA_SPIN_NS;
-	while (n == 0 && timeout_ms != 0 && nrdma_now_ns() < spin_end) {
+	spin_end = (int64_t)dkv_mono_ns() + NRDMA_SPIN_NS;
+	while (n == 0 && timeout_ms != 0 && (int64_t)dkv_mono_ns() < spin_end) {
 		rc = nrdma_reap(c, wc, max);
 		if (rc < 0)
 			return rc;

@@ -47,9 +47,7 @@
 
 uint64_t rpc_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return dkv_mono_ns();
 }
 
 void *rpc_map_area(size_t len)
