@@ -465,7 +465,7 @@ static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const str
 		if (r)
 			return r;
 		/* small: into the packed run, read-only (engine/pack.c) */
-		if (!eng_pack(db, &x.off, len, true)) {
+		if (!eng_pack(db, &x.off, len)) {
 			x.owner = ENG_TABLE_PACKED;
 			cc->os->o[cc->os->n - 1].off = x.off;
 			cc->os->o[cc->os->n - 1].owner = x.owner;

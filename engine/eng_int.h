@@ -580,12 +580,12 @@ void eng_space_trim_all(struct eng_db *db);
 /* Packed runs (engine/pack.c).  A table that is small (up to MN_PACK_MAX)
  * and written and synced in our slab space at *off is copied by the node
  * into its packed run, read-only from then on (MN_OP_PACK), if the node
- * has room for it twice over above the reserve (fresh: asked of the node
- * now, as eng_seal_room does): 0 and the table's new offset in *off (its
+ * (asked now) has room for it twice over above twice the reserve: 0 and
+ * the table's new offset in *off (its
  * slab space goes back to the allocator; the run counts it as live), or an
  * error with the table where it was (it stays writable: tables_unsealed).
  * man_mu not held. */
-int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh);
+int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len);
 /* A packed table at off is gone (or was never installed): its run counts
  * one live table less, and is freed with the last (mn_free_extents, here),
  * unless it is db->pack_cur, the run the node may still fill: that one is

@@ -461,7 +461,7 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 	 * Then, with room, into the packed run, read-only (engine/pack.c); not
 	 * the cleaner's rewrites, which run on a full volume. */
 	r = mn_sync(db->mc, fo.off, meta.size);
-	if (!r && (!pl || !pl->holes_only) && !eng_pack(db, &pc->off, meta.size, false))
+	if (!r && (!pl || !pl->holes_only) && !eng_pack(db, &pc->off, meta.size))
 		pc->owner = ENG_TABLE_PACKED;
 	if (!r)
 		r = eng_table_adopt(db, pc->number, pc->off, meta.size, pc->owner, idx, &pc->t);

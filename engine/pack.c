@@ -67,13 +67,16 @@ static void prun_free(struct eng_db *db, struct eng_prun *p)
 			 (unsigned long long)run.off);
 }
 
-/* PACK the len bytes at src (slab space) if the node has room for them
- * twice over above the reserve (fresh: asked now): their new offset in
- * *noff, counted live in their run.  pack_mu serialises the calls, so the
+/* PACK the len bytes at src (slab space) if the node, asked now, has room
+ * for them twice over above twice the reserve: their new offset in *noff,
+ * counted live in their run.  (A copy takes new node pages while its slab
+ * space stays ours; close to full that fought the cleaner, which heals a
+ * full node by emptying slabs: cleaner::half_deleted_full_node_heals_memnode
+ * failed in CI with the bar at one reserve.)  pack_mu serialises the calls, so the
  * run the node fills is always db->pack_cur once a call returns; a run
  * left behind with no live table is freed here.  man_mu is held only
  * around the counts: the write path takes it, and waits on no PACK. */
-static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, bool fresh, uint64_t *noff)
+static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, uint64_t *noff)
 {
 	struct mn_extent run;
 	int r;
@@ -81,13 +84,11 @@ static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, bool fresh, 
 	if (len > MN_PACK_MAX || atomic_load(&db->test_no_pack))
 		return -ENOSPC;
 	pthread_mutex_lock(&db->pack_mu);
-	if (fresh) {
-		pthread_mutex_lock(&db->man_mu);
-		eng_space_check(db);
-		pthread_mutex_unlock(&db->man_mu);
-	}
+	pthread_mutex_lock(&db->man_mu);
+	eng_space_check(db);
+	pthread_mutex_unlock(&db->man_mu);
 	if (atomic_load(&db->space_low) ||
-	    atomic_load(&db->space_free) < db->reserve + 2 * eng_node_extent_len(len))
+	    atomic_load(&db->space_free) < 2 * db->reserve + 2 * eng_node_extent_len(len))
 		r = -ENOSPC;
 	else
 		r = mn_pack(db->mc, src, len, noff, &run);
@@ -107,11 +108,11 @@ static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, bool fresh, 
 	return r;
 }
 
-int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len, bool fresh)
+int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len)
 {
 	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	uint64_t noff = 0;
-	int r = pack_copy(db, *off, len, fresh, &noff);
+	int r = pack_copy(db, *off, len, &noff);
 
 	if (!r) {
 		pthread_mutex_lock(&db->man_mu);
@@ -176,9 +177,7 @@ static int repack(struct eng_db *db, int level, struct eng_table *t)
 	bool unsure;
 	int r;
 
-	/* the node's room asked each time: the slab space this frees stays
-	 * ours, the run's pages are new */
-	r = pack_copy(db, t->off, t->len, true, &noff);
+	r = pack_copy(db, t->off, t->len, &noff);
 	if (r)
 		return r;
 	r = eng_table_open(db, t->number, noff, t->len, ENG_TABLE_PACKED, &nt);
