@@ -72,10 +72,11 @@ static void prun_free(struct eng_db *db, struct eng_prun *p)
  * counted live in their run.  (A copy takes new node pages while its slab
  * space stays ours; close to full that fought the cleaner, which heals a
  * full node by emptying slabs: cleaner::half_deleted_full_node_heals_memnode
- * failed in CI with the bar at one reserve.)  pack_mu serialises the calls, so the
- * run the node fills is always db->pack_cur once a call returns; a run
- * left behind with no live table is freed here.  man_mu is held only
- * around the counts: the write path takes it, and waits on no PACK. */
+ * failed in CI with the bar at one reserve.)  pack_mu serialises the
+ * calls, so the run the node fills is always db->pack_cur once a call
+ * returns; a run left behind with no live table is freed here.  man_mu is
+ * held only around the counts: the write path takes it, and waits on no
+ * PACK. */
 static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, uint64_t *noff)
 {
 	struct mn_extent run;
