@@ -90,7 +90,7 @@ struct mn_server {
 	unsigned nconns;
 
 	atomic_uint_fast64_t compactions, compaction_bytes_read, compaction_bytes_written;
-	atomic_uint_fast64_t synced_bytes; /* asked for by SYNC, on a file-backed node */
+	atomic_uint_fast64_t synced_bytes; /* msync'ed for SYNC and PACK, on a file-backed node */
 	/* Running compaction jobs and the frees that wait for them
 	 * (mn_compact.c), under lock. */
 	struct job *running;
@@ -143,6 +143,9 @@ void mn_revoke_all(struct mn_server *s, int v, uint64_t off);
  * (MN_EXTENT_WIRE bytes, docs/rpc.md). */
 void mn_put_extent(uint8_t *e, uint64_t off, uint64_t len, uint32_t rkey, enum mn_kind kind,
 		   unsigned acc);
+/* msync [off, off+len) of a file-backed region (nothing on a memfd),
+ * counted in synced_bytes.  No lock needed. */
+int mn_sync_counted(struct mn_server *s, uint64_t off, uint64_t len);
 /* PACK (memnode/mn_pack.c), and forgetting volume v's packed run at off
  * when it is freed (no more tables go into it).  Lock held for forget. */
 void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,

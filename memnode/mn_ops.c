@@ -459,6 +459,16 @@ static void op_root_set(struct mn_server *s, struct mn_conn *mc, struct rpc_call
 	reply_err(call, rc);
 }
 
+int mn_sync_counted(struct mn_server *s, uint64_t off, uint64_t len)
+{
+	/* msync needs no lock: the mapping lives as long as the server. */
+	int rc = mn_region_sync(&s->rg, off, len);
+
+	if (!rc && s->rg.file_backed)
+		atomic_fetch_add(&s->synced_bytes, len);
+	return rc;
+}
+
 static void op_sync(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		    const uint8_t *req, size_t len)
 {
@@ -470,11 +480,7 @@ static void op_sync(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	l = get_u64(req + 8);
 	if (off > s->rg.size || l > s->rg.size - off)
 		return reply_err(call, -EINVAL);
-	/* msync needs no lock: the mapping lives as long as the server. */
-	int rc = mn_region_sync(&s->rg, off, l);
-	if (!rc && s->rg.file_backed)
-		atomic_fetch_add(&s->synced_bytes, l);
-	reply_err(call, rc);
+	reply_err(call, mn_sync_counted(s, off, l));
 }
 
 /* Append printf output to a bounded text buffer. */

@@ -88,10 +88,8 @@ void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		rc = mn_conn_grant(s, mc, run_off, run_len, MN_KIND_NODE, &rkey, &acc);
 	}
 	pthread_mutex_unlock(&s->lock);
-	/* msync (file-backed nodes only) needs no lock: the mapping lives as
-	 * long as the server. */
 	if (!rc)
-		rc = mn_region_sync(&s->rg, dst, l);
+		rc = mn_sync_counted(s, dst, l);
 	if (rc)
 		return rpc_reply(call, rc, NULL, 0); /* a copy made stays unused: freed with its run */
 	put_u64(rep, dst);

@@ -70,6 +70,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "common/deadline.h"
 #include "common/owned_file.h"
 #include "common/ratelimit.h"
 #include "net/net_stream.h"
@@ -311,9 +312,7 @@ static inline struct ns_conn *to_conn(struct net_conn *c)
 
 static inline uint64_t now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return dkv_mono_ns();
 }
 
 static inline int ms_left(uint64_t deadline)

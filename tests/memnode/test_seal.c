@@ -316,6 +316,14 @@ Test(seal, packed_tables_share_a_run_no_client_can_write)
 	for (size_t i = 0; i < 3000; i++)
 		cr_assert_eq(w.buf[i], 'B', "byte %zu of the second table", i);
 
+	/* The writer came back (write_refused reopened it with the lease):
+	 * the node forgot its packed run, so the writer, which starts with
+	 * none, can never free a run the node still fills. */
+	cr_assert_eq(raw_pack(&w, slab + 8192, 64, &d3, &x2), 0);
+	cr_assert_neq(x2.off, x.off, "the packed run outlived the lease grant");
+	cr_assert_eq(d3, x2.off);
+	x = x2;
+
 	struct raw rd = { 0 };
 	rd.d = w.d;
 	cr_assert_eq(net_reg_mr(rd.d, rd.buf, sizeof(rd.buf), NET_ACCESS_LOCAL_WRITE, &rd.mr), 0);
@@ -341,4 +349,36 @@ Test(seal, packed_tables_share_a_run_no_client_can_write)
 	net_dereg_mr(w.mr);
 	net_domain_destroy(w.d);
 	mn_server_destroy(s);
+}
+
+/* On a file-backed node PACK msyncs the copy before it answers (counted in
+ * synced_bytes, as SYNC is). */
+Test(seal, a_packed_table_is_synced_on_a_file_backed_node)
+{
+	char backing[] = "/tmp/dkv-pack-sync-XXXXXX";
+	struct mn_server_opts o;
+	struct mn_server *s = NULL;
+	struct mn_client *c;
+	struct mn_extent e, run;
+	uint64_t off, s0;
+	int fd = mkstemp(backing);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(backing);
+	mn_server_opts_init(&o);
+	o.transport = MT_TRANSPORT;
+	o.size = 16u << 20;
+	o.backing = backing;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
+	cr_assert_eq(mn_write(c, e.off, "a small table", 13), 0);
+	s0 = atomic_load(&s->synced_bytes);
+	cr_assert_eq(mn_pack(c, e.off, 4000, &off, &run), 0);
+	cr_assert_geq(atomic_load(&s->synced_bytes) - s0, 4000, "PACK did not sync its copy");
+	mn_client_close(c);
+	mn_server_destroy(s);
+	unlink(backing);
 }
