@@ -69,6 +69,11 @@ struct eng_options {
 	enum eng_compaction_mode compaction;
 	/* compaction knobs (see docs/compaction.md) */
 	int l0_compaction_trigger;  /* default 4 */
+	/* Copy tables under 4 MiB into the node's read-only packed runs
+	 * (engine/pack.c).  Off by default: a node filled to the brim then
+	 * holds more tables than the cleaner heals in time
+	 * (cleaner::half_deleted_full_node_heals_memnode hung 2 runs in 16). */
+	bool pack_tables;
 	int l0_slowdown_trigger;    /* default 12 */
 	int l0_stop_trigger;        /* default 20 */
 	uint64_t l1_target_bytes;   /* default 256 MiB */

@@ -82,7 +82,7 @@ static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, uint64_t *no
 	struct mn_extent run;
 	int r;
 
-	if (len > MN_PACK_MAX || atomic_load(&db->test_no_pack))
+	if (!db->o.pack_tables || len > MN_PACK_MAX || atomic_load(&db->test_no_pack))
 		return -ENOSPC;
 	pthread_mutex_lock(&db->pack_mu);
 	pthread_mutex_lock(&db->man_mu);
@@ -211,7 +211,8 @@ void eng_pack_sweep(struct eng_db *db)
 	struct eng_version *v;
 	int n = 0, r = 0;
 
-	if (db->read_only || atomic_load(&db->space_low) || atomic_load(&db->test_no_pack))
+	if (!db->o.pack_tables || db->read_only || atomic_load(&db->space_low) ||
+	    atomic_load(&db->test_no_pack))
 		return;
 	pthread_mutex_lock(&db->mu);
 	v = db->current;

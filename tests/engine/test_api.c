@@ -432,6 +432,7 @@ static void open_16m(struct tnode *node, uint64_t size, struct eng_options *o, e
 	cr_assert_eq(tnode_start(node, size, NULL, NULL), 0);
 	topts(o, node);
 	o->memtable_size = 16u << 20;
+	o->pack_tables = true;
 	cr_assert_eq(eng_open(o, db), 0);
 }
 

@@ -68,6 +68,7 @@ static void run_restart(enum net_kind kind)
 	 * (the recovery wait below failed once in check-asan) */
 	o.op_timeout_ms = 1500 * test_time_scale();
 	o.memtable_size = 32u << 10;
+	o.pack_tables = true;
 	cr_assert_eq(eng_open(&o, &db), 0);
 	for (unsigned i = 0; i < 3000; i++) {
 		unsigned k = i % NK;
