@@ -72,7 +72,7 @@ struct eng_options {
 	/* Copy tables under 4 MiB into the node's read-only packed runs
 	 * (engine/pack.c).  Off by default: a node filled to the brim then
 	 * holds more tables than the cleaner heals in time
-	 * (cleaner::half_deleted_full_node_heals_memnode hung 2 runs in 16). */
+	 * (cleaner::half_deleted_full_node_heals_memnode hung in 2 of 11 runs). */
 	bool pack_tables;
 	int l0_slowdown_trigger;    /* default 12 */
 	int l0_stop_trigger;        /* default 20 */
