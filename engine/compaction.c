@@ -874,10 +874,12 @@ int eng_compaction_pace(struct eng_db *db)
 	t0 = eng_now_us();
 	atomic_fetch_add(&db->st_stalls, 1);
 	pthread_mutex_lock(&c->mu);
-	failing = c->last_err != 0;
+	failing = c->last_err != 0 || atomic_load(&db->space_low);
 	pthread_mutex_unlock(&c->mu);
-	/* A failing compaction (node full) cannot bring L0 down: only slow
-	 * writers then, so deletes that would free space still get through. */
+	/* A failing compaction cannot bring L0 down, and neither can a full
+	 * volume, where the thread runs the cleaner (which rewrites tables in
+	 * place and reports success) instead of merges: only slow writers
+	 * then, never hold them for a merge that is not coming. */
 	if (stop <= 0 || n < (size_t)stop || failing) {
 		struct timespec ts = { 0, PACE_SLOW_US * 1000L };
 
@@ -899,7 +901,7 @@ int eng_compaction_pace(struct eng_db *db)
 		pthread_mutex_unlock(&c->mu);
 		n = l0_tables(db);
 		pthread_mutex_lock(&c->mu);
-		if (n < (size_t)stop || c->last_err)
+		if (n < (size_t)stop || c->last_err || atomic_load(&db->space_low))
 			break;
 	}
 	pthread_mutex_unlock(&c->mu);

@@ -316,7 +316,10 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		if (w == last)
 			break;
 	}
-	eng_compaction_pace(db); /* L0 slowdown/stop: never fails */
+	/* L0 slowdown/stop (never fails).  Not for deletes on a full volume:
+	 * they are what gives room back, and no merge runs there to wait for. */
+	if (g->puts || !atomic_load(&db->space_low))
+		eng_compaction_pace(db);
 	r = make_room(db, g->len * 2, false, g->puts < eng_batch_count(g));
 	if (r)
 		return r;
@@ -721,10 +724,13 @@ void eng_flush_deletes(struct eng_db *db)
 	dels = eng_mem_deletes(db->mem, &first);
 	/* Only when nothing waits for the flush thread: a busy writer's own
 	 * switches flush the deletes soon enough, and this must never stall.
-	 * On a full volume any delete is due: it is what gives room back. */
+	 * On a full volume deletes are due sooner (they are what gives room
+	 * back), but not at every call: each flush is a level-0 table that
+	 * no merge takes away while the volume is full, and that the cleaner
+	 * then checks every other table against. */
 	due = dels && db->nimm == 0 && !db->bg_error &&
 	      (dels >= ENG_DEL_FLUSH_COUNT || eng_now_us() - first >= ENG_DEL_FLUSH_AGE_US ||
-	       atomic_load(&db->space_low));
+	       (atomic_load(&db->space_low) && eng_now_us() - first >= ENG_DEL_FLUSH_LOW_US));
 	pthread_mutex_unlock(&db->mu);
 	if (due && switch_mem(db, false) == 0)
 		atomic_fetch_add(&db->st_del_flushes, 1);

@@ -63,10 +63,11 @@ bool eng_fault_hit(struct eng_db *db, enum eng_fault p);
 /* Deletion-triggered flush (engine/db.c eng_flush_deletes, called by the
  * compaction thread's idle tick): the memtable is switched and flushed once
  * it holds ENG_DEL_FLUSH_COUNT tombstones, or its first tombstone is
- * ENG_DEL_FLUSH_AGE_US old, so deletes reach the tables (where they free
- * space) with no further writes. */
+ * ENG_DEL_FLUSH_AGE_US old (ENG_DEL_FLUSH_LOW_US on a full volume), so
+ * deletes reach the tables (where they free space) with no further writes. */
 #define ENG_DEL_FLUSH_COUNT 16384u
 #define ENG_DEL_FLUSH_AGE_US (10ull * 1000000u)
+#define ENG_DEL_FLUSH_LOW_US (1000000u) /* the age on a full volume */
 struct eng_db;
 void eng_flush_deletes(struct eng_db *db);
 
