@@ -596,16 +596,16 @@ int mn_free_slab(struct mn_client *c, uint64_t off)
 
 /* A call whose reply is `head` bytes then one read-only extent entry (SEAL,
  * PACK): the head in rep, the entry decoded in *e. */
-static int call_ro_extent(struct mn_client *c, uint16_t op, uint64_t a, uint64_t b, uint8_t *rep,
-			  size_t head, struct mn_ext *e)
+static int call_ro_extent(struct mn_client *c, uint16_t op, const uint64_t *args, size_t nargs,
+			  uint8_t *rep, size_t head, struct mn_ext *e)
 {
-	uint8_t req[16];
+	uint8_t req[24];
 	size_t rl = 0;
 	int rc;
 
-	put_u64(req, a);
-	put_u64(req + 8, b);
-	rc = call_simple(c, op, req, sizeof(req), rep, head + MN_EXTENT_WIRE, &rl);
+	for (size_t i = 0; i < nargs; i++) /* nargs <= 3 */
+		put_u64(req + 8 * i, args[i]);
+	rc = call_simple(c, op, req, 8 * nargs, rep, head + MN_EXTENT_WIRE, &rl);
 	if (rc)
 		return rc;
 	if (rl != head + MN_EXTENT_WIRE)
@@ -618,7 +618,7 @@ int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *
 {
 	uint8_t rep[MN_EXTENT_WIRE];
 	struct mn_ext e;
-	int rc = call_ro_extent(c, MN_OP_SEAL, off, keep, rep, 0, &e);
+	int rc = call_ro_extent(c, MN_OP_SEAL, (const uint64_t[]){ off, keep }, 2, rep, 0, &e);
 
 	if (rc)
 		return rc;
@@ -627,12 +627,13 @@ int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *
 	return ext_add_out(c, &e, out); /* replaces the slab's: its grant was revoked */
 }
 
-int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t *off,
+int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t keep, uint64_t *off,
 	    struct mn_extent *run)
 {
 	uint8_t rep[8 + MN_EXTENT_WIRE];
 	struct mn_ext e;
-	int rc = call_ro_extent(c, MN_OP_PACK, src, len, rep, 8, &e);
+	int rc = call_ro_extent(c, MN_OP_PACK, (const uint64_t[]){ src, len, keep }, 3, rep, 8,
+				&e);
 
 	if (rc)
 		return rc;

@@ -96,11 +96,13 @@ int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *
  * extent no client can write (memnode/mn_pack.c): *off is where the table
  * now is, *run the packed run holding it (free it with mn_free_extents
  * once none of its tables is live).  The bytes at src stay, and are the
- * caller's to reuse.  Errors: -EINVAL (len 0 or over MN_PACK_MAX),
- * -EPERM (src not in the volume's slabs), -ENOSPC (no free page for a new
- * run), -EOPNOTSUPP (an older node), -EIO. */
+ * caller's to reuse.  keep: the node refuses (-ENOSPC) while it has fewer
+ * free bytes than this, checked on the node (no extra round trip; 0: no
+ * floor).  Errors: -EINVAL (len 0 or over MN_PACK_MAX), -EPERM (src not in
+ * the volume's slabs), -ENOSPC (under keep, or no free page for a new run),
+ * -EOPNOTSUPP (an older node), -EIO. */
 #define MN_PACK_MAX (4u << 20)
-int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t *off,
+int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t keep, uint64_t *off,
 	    struct mn_extent *run);
 /* Every extent the volume owns (slabs and node extents), for recovery and GC:
  * *out is malloc'ed, caller frees. */

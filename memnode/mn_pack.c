@@ -14,11 +14,15 @@
  * the run is freed and when the writer lease is granted (a new mount, or
  * the same one reconnected), so the two always agree on it.
  *
- * Request: u64 src (in the volume's slabs) | u64 len (1..MN_PACK_MAX).
+ * Request: u64 src (in the volume's slabs) | u64 len (1..MN_PACK_MAX)
+ * [| u64 keep: refuse with -ENOSPC while the node has fewer free bytes;
+ * the writer's floor, checked here under the node's lock so it costs no
+ * extra round trip and cannot be stale].
  * Reply: u64 off (where the table now is) | the packed run as one extent
  * entry (MN_EXTENT_WIRE, read-only grant on this connection).
  * Errors: -EINVAL (len), -EPERM (src not in the volume's slabs), -ENOSPC
- * (no page free for a new run: the table stays where it is), -ENOMEM.
+ * (under keep, or no page free for a new run: the table stays where it
+ * is), -ENOMEM.
  * On a file-backed node the copy is synced before the reply.
  */
 #include <errno.h>
@@ -66,19 +70,23 @@ void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		const uint8_t *req, size_t len)
 {
 	uint8_t rep[8 + MN_EXTENT_WIRE];
-	uint64_t src, l, dst = 0, run_off = 0, run_len = 0;
+	uint64_t src, l, keep, used, dst = 0, run_off = 0, run_len = 0;
 	uint32_t rkey = 0;
 	unsigned acc = 0;
 	int rc;
 
-	if (len != 16)
+	if (len != 16 && len != 24)
 		return rpc_reply(call, -EINVAL, NULL, 0);
 	src = get_u64(req);
 	l = get_u64(req + 8);
+	keep = len == 24 ? get_u64(req + 16) : 0;
 	if (!l || l > MN_PACK_MAX)
 		return rpc_reply(call, -EINVAL, NULL, 0);
 	pthread_mutex_lock(&s->lock);
 	rc = mn_region_in_slabs(&s->rg, mc->vol, src, l);
+	used = s->rg.used_pages * MN_PAGE_SIZE;
+	if (!rc && (used > s->rg.size || s->rg.size - used < keep))
+		rc = -ENOSPC;
 	if (!rc)
 		rc = pack_place(s, mc->vol, l, &dst);
 	if (!rc) {

@@ -579,7 +579,7 @@ Test(api, small_tables_are_packed_read_only)
 		get_ok(db, i);
 	/* A run whose table never reached the manifest (a crash between PACK
 	 * and the install): freed by the next open. */
-	cr_assert_eq(mn_pack(db->mc, db->slabs[0].off, 100, &d, &run), 0);
+	cr_assert_eq(mn_pack(db->mc, db->slabs[0].off, 100, 0, &d, &run), 0);
 	cr_assert(listed(db, run.off));
 	cr_assert_eq(eng_close(db), 0);
 	cr_assert_eq(eng_open(&o, &db), 0);

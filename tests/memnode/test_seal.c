@@ -376,9 +376,37 @@ Test(seal, a_packed_table_is_synced_on_a_file_backed_node)
 	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
 	cr_assert_eq(mn_write(c, e.off, "a small table", 13), 0);
 	s0 = atomic_load(&s->synced_bytes);
-	cr_assert_eq(mn_pack(c, e.off, 4000, &off, &run), 0);
+	cr_assert_eq(mn_pack(c, e.off, 4000, 0, &off, &run), 0);
 	cr_assert_geq(atomic_load(&s->synced_bytes) - s0, 4000, "PACK did not sync its copy");
 	mn_client_close(c);
 	mn_server_destroy(s);
 	unlink(backing);
+}
+
+/* PACK's floor (the third u64): the node refuses while it has fewer free
+ * bytes, and takes no page for it; the writer's bar (engine/pack.c) rests
+ * on this, with no STATS call of its own. */
+Test(seal, a_pack_under_the_writers_floor_is_refused)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c;
+	struct mn_extent e, run;
+	struct mn_node_stats st0, st;
+	uint64_t off, freeb;
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
+	cr_assert_eq(mn_write(c, e.off, "a small table", 13), 0);
+	cr_assert_eq(mn_stats(c, &st0), 0);
+	freeb = st0.capacity - st0.used;
+	cr_assert_eq(mn_pack(c, e.off, 4000, freeb + 1, &off, &run), -ENOSPC,
+		     "packed with %llu bytes free under a floor of one more",
+		     (unsigned long long)freeb);
+	cr_assert_eq(mn_stats(c, &st), 0);
+	cr_assert_eq(st.used, st0.used, "a refused PACK took node pages");
+	cr_assert_eq(mn_pack(c, e.off, 4000, freeb, &off, &run), 0, "refused at the floor");
+	cr_assert_eq(mn_stats(c, &st), 0);
+	cr_assert_eq(st.used, st0.used + run.len, "the run is the only new use");
+	mn_client_close(c);
+	mn_server_destroy(s);
 }
