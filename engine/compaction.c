@@ -909,10 +909,10 @@ int eng_compaction_pace(struct eng_db *db)
 	return 0;
 }
 
-int eng_compaction_all(struct eng_db *db)
+int eng_compaction_all(struct eng_db *db, int timeout_ms)
 {
 	struct eng_compaction *c;
-	uint64_t ticket;
+	uint64_t ticket, deadline;
 	int r;
 
 	if (!db)
@@ -943,9 +943,20 @@ int eng_compaction_all(struct eng_db *db)
 	pthread_mutex_lock(&c->mu);
 	ticket = ++c->manual_req;
 	pthread_cond_signal(&c->cv);
-	while (c->manual_done < ticket && !c->stop)
-		pthread_cond_wait(&c->done_cv, &c->mu);
-	r = c->manual_done >= ticket ? c->manual_err : -ECANCELED;
+	deadline = eng_now_us() + (uint64_t)timeout_ms * 1000u;
+	while (c->manual_done < ticket && !c->stop) {
+		struct timespec ts;
+
+		if (!timeout_ms) {
+			pthread_cond_wait(&c->done_cv, &c->mu);
+			continue;
+		}
+		if (eng_now_us() >= deadline)
+			break;
+		dkv_deadline_in(&ts, PACE_WAIT_MS);
+		pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
+	}
+	r = c->manual_done >= ticket ? c->manual_err : c->stop ? -ECANCELED : -ETIMEDOUT;
 	pthread_mutex_unlock(&c->mu);
 	return r;
 }

@@ -47,8 +47,10 @@ void eng_compaction_maybe_schedule(struct eng_db *db);
  * eng_stats.stalls/stall_us.  Never fails a write: always 0. */
 int eng_compaction_pace(struct eng_db *db);
 /* eng_compact_all: flush, then merge every level down into the deepest
- * non-empty one, and wait.  0 or the first error. */
-int eng_compaction_all(struct eng_db *db);
+ * non-empty one, and wait: without end (timeout_ms 0), or at most about
+ * timeout_ms, then -ETIMEDOUT while the compaction goes on (the write
+ * path's reclaim on a full volume).  0 or the first error. */
+int eng_compaction_all(struct eng_db *db, int timeout_ms);
 
 /* The cleaner (engine/gc.c): while the volume is full, tables rewritten
  * without the records newer ones hide, and slabs emptied into the holes of

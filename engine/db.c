@@ -385,14 +385,22 @@ static bool space_still_low(struct eng_db *db)
  * there is room again, else -ENOSPC. */
 static int reclaim(struct eng_db *db)
 {
+	/* bounded: the thread may be deep in a cleaner step, and a write must
+	 * never hang on a full volume (the caller gets ENOSPC and may try
+	 * again; the compaction still runs) */
+	int wait_ms = 4 * (db->o.op_timeout_ms > 0 ? db->o.op_timeout_ms : 5000);
 	int r = -ENOSPC;
 
 	pthread_mutex_lock(&db->reclaim_mu);
 	if (atomic_exchange(&db->reclaimable, false)) {
 		r = eng_flush(db);
 		if (!r)
-			r = eng_compact_all(db);
-		if (r)
+			r = eng_compaction_all(db, wait_ms);
+		if (r == -ETIMEDOUT)
+			dkv_warn("volume %s is full and its compaction is still running after %d s: "
+				 "large writes fail with ENOSPC until it frees the deleted space",
+				 db->o.volume, wait_ms / 1000);
+		else if (r)
 			dkv_warn("reclaiming space after deletes failed: %s", dkv_strerror(r));
 		pthread_mutex_lock(&db->man_mu);
 		db->space_checked_us = 0;
@@ -786,7 +794,7 @@ int eng_sync(eng_db *db)
 
 int eng_compact_all(eng_db *db)
 {
-	return eng_compaction_all(db); /* engine/compaction.c */
+	return eng_compaction_all(db, 0); /* engine/compaction.c */
 }
 
 /* ---------------------------------------------------------------- stats */

@@ -360,6 +360,7 @@ struct eng_db {
 	/* Tests: while set, no table is packed, as on a node that never has
 	 * a page to spare (engine/pack.c). */
 	atomic_bool test_no_pack;
+	atomic_bool test_gc_hold; /* tests: a cleaner step waits while set (a long step) */
 	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */
 	/* Free space (node + our slabs) is below `reserve`: large puts fail
 	 * with -ENOSPC up front, so deletes, flushes and compaction still find

@@ -235,3 +235,54 @@ Test(cleaner, deletes_on_a_full_volume_are_not_held_by_the_pace, .timeout = 200)
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
+
+/* A large write on a full volume after deletes compacts first (reclaim in
+ * engine/db.c), and waits for the compaction thread, which may be deep in a
+ * long cleaner step (here held until the write returns): the write gets
+ * ENOSPC after about
+ * 4 x op_timeout_ms, never hangs, and a later one succeeds once the node
+ * has room. */
+Test(cleaner, a_large_write_on_a_full_volume_never_waits_long_for_the_cleaner, .timeout = 200)
+{
+	static char big[256 << 10];
+	struct tnode node;
+	struct eng_options o;
+	struct timespec t0, t1;
+	double s;
+	unsigned n;
+	int r;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 32u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 1u << 20;
+	o.slab_size = 2u << 20;
+	o.op_timeout_ms = 1000;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	n = fill(db);
+	atomic_store(&db->test_gc_hold, true);
+	for (unsigned i = 0; i < n; i += 2) {
+		char k[32];
+
+		cr_assert_eq(eng_delete(db, NULL, k, tkey(k, sizeof(k), i)), 0);
+	}
+	usleep(1500 * 1000); /* the thread is in its (long) cleaner step */
+	memset(big, 'B', sizeof(big));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = eng_put(db, NULL, "big", 3, big, sizeof(big));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	fprintf(stderr, "cleaner: a large write on a full volume, the cleaner busy: %d after %.1f s\n",
+		r, s);
+	cr_assert(r == -ENOSPC || r == 0, "a large write on a full volume: %d", r);
+	cr_assert_lt(s, 10.0 * test_time_scale(), "a large write waited %.1f s for the cleaner", s);
+	atomic_store(&db->test_gc_hold, false);
+	for (int tries = 0; r && tries < 150 * test_time_scale(); tries++) {
+		usleep(200 * 1000);
+		r = eng_put(db, NULL, "big", 3, big, sizeof(big));
+	}
+	cr_assert_eq(r, 0, "no room after the deletes: %d", r);
+	check(db, NULL, n, 0);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
