@@ -50,6 +50,7 @@ static int kv_open_dkv(const struct bench_opts *o, const struct bench_kv_target 
 	if (o->memtable_size > 0)
 		eo.memtable_size = (size_t)o->memtable_size;
 	eo.compaction = (enum eng_compaction_mode)o->compaction;
+	eo.pack_tables = o->pack_tables;
 	if (o->op_timeout_ms > 0)
 		eo.op_timeout_ms = o->op_timeout_ms;
 	kv->wo.sync = o->sync;
