@@ -93,6 +93,7 @@ void eng_options_init(struct eng_options *o)
 	o->op_timeout_ms = 5000;
 	o->bloom_bits_per_key = 10;
 	o->compaction = ENG_COMPACTION_MEMNODE;
+	o->pack_tables = true;
 	o->l0_compaction_trigger = 4;
 	o->l0_slowdown_trigger = 12;
 	o->l0_stop_trigger = 20;

@@ -70,9 +70,8 @@ struct eng_options {
 	/* compaction knobs (see docs/compaction.md) */
 	int l0_compaction_trigger;  /* default 4 */
 	/* Copy tables under 4 MiB into the node's read-only packed runs
-	 * (engine/pack.c).  Off by default: a node filled to the brim then
-	 * holds more tables than the cleaner heals in time
-	 * (cleaner::half_deleted_full_node_heals_memnode hung in 2 of 11 runs). */
+	 * (engine/pack.c).  Default on; off, they stay in slab space, writable
+	 * by this writer until compacted. */
 	bool pack_tables;
 	int l0_slowdown_trigger;    /* default 12 */
 	int l0_stop_trigger;        /* default 20 */

@@ -128,6 +128,9 @@ Test(space, ctl_compact_and_stats_of_a_mounted_volume)
 	cr_assert(strstr(out, "compacted: ") && strstr(out, "rc=0"), "ctl compact: %s", out);
 	cr_assert(strstr(out, "tables: "), "no stats after the compaction: %s", out);
 	cr_assert_gt(stat_of("compactions"), before, "no compaction ran");
+	/* the flush before it was small: packed read-only, none left writable */
+	cr_assert_gt(stat_of("tables_packed"), 0);
+	cr_assert_eq(stat_of("tables_unsealed"), 0);
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(sh("cmp -s %s/src/f%d %s/f%d", T, i, MNT, i), 0, "f%d changed", i);
 	/* not the owner: refused */
