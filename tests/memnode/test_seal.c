@@ -410,3 +410,55 @@ Test(seal, a_pack_under_the_writers_floor_is_refused)
 	mn_client_close(c);
 	mn_server_destroy(s);
 }
+
+/* docs/memnode.md: a restarted node starts a new packed run; the old one
+ * lives on, read-only, with its table's bytes. */
+Test(seal, a_restarted_node_starts_a_new_packed_run)
+{
+	char backing[] = "/tmp/dkv-pack-restart-XXXXXX";
+	struct mn_server_opts o;
+	struct mn_server *s = NULL;
+	struct mn_client *c;
+	struct mn_extent e, run1, run2, *list = NULL;
+	uint64_t off1, off2;
+	char buf[13];
+	size_t n = 0;
+	bool listed = false;
+	int fd = mkstemp(backing);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(backing);
+	mn_server_opts_init(&o);
+	o.transport = MT_TRANSPORT;
+	o.size = 16u << 20;
+	o.backing = backing;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
+	cr_assert_eq(mn_write(c, e.off, "first table.", 13), 0);
+	cr_assert_eq(mn_pack(c, e.off, 13, 0, &off1, &run1), 0);
+	mn_client_close(c);
+	mn_server_destroy(s);
+
+	s = NULL;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_write(c, e.off, "second table", 13), 0);
+	cr_assert_eq(mn_pack(c, e.off, 13, 0, &off2, &run2), 0);
+	cr_assert_neq(run2.off, run1.off, "the restarted node packed into the old run");
+	cr_assert_eq(off2, run2.off, "the second table opens the new run");
+	cr_assert_eq(mn_list_extents(c, &list, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		listed |= list[i].off == run1.off;
+	free(list);
+	cr_assert(listed, "the old packed run is gone after the restart");
+	cr_assert_eq(mn_read(c, off1, buf, sizeof(buf)), 0);
+	cr_assert(!memcmp(buf, "first table.", 13), "the old run's table changed");
+	cr_assert_neq(mn_write(c, off1, "overwritten!", 13), 0, "the old run is writable");
+	mn_client_close(c);
+	mn_server_destroy(s);
+	unlink(backing);
+}
