@@ -378,14 +378,17 @@ static bool is_stuck(const struct eng_gc *gc, uint64_t off)
 	return false;
 }
 
-/* Step 2: empty the slab with the most free space into the others' holes.
+/* Step 2: empty the slab with the most free space into the others' holes,
+ * at most GC_SCAN_MAX bytes of tables per step (a 64 MiB slab of small
+ * tables is many rewrites, and a manual compaction, the write path's
+ * reclaim, waits for the step to end; the next step picks the slab again).
  * 1 when it moved something, 0 when no slab is worth it, or an error. */
 static int step_evacuate(struct eng_gc *gc)
 {
 	struct eng_db *db = gc->db;
 	struct eng_slab_use *u = calloc(GC_MAX_SLABS, sizeof(*u));
 	struct eng_slab_use best = { UINT64_MAX, 0, 0 };
-	uint64_t all_free = 0;
+	uint64_t all_free = 0, moved_bytes = 0;
 	size_t n;
 	int moved = 0, r = 0;
 
@@ -425,13 +428,17 @@ static int step_evacuate(struct eng_gc *gc)
 				found = t->owner == ENG_TABLE_SLAB && t->off >= best.off &&
 					t->off < best.off + best.len;
 			}
-		if (found)
+		if (found) {
+			moved_bytes += v->files[l - 1][i - 1]->len;
 			r = rewrite(gc, v, l - 1, i - 1, oldest, v->files[l - 1][i - 1]->len,
 				    best.off);
+		}
 		eng_version_unref(v);
 		if (!found || r || atomic_load(gc->cancel))
 			break;
 		moved++;
+		if (moved_bytes >= GC_SCAN_MAX)
+			break;
 	}
 	if (r == -ENOSPC)
 		r = 0;
