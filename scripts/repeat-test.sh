@@ -11,6 +11,7 @@
 set -uo pipefail
 bin=${1:?binary}; filter=${2:?criterion filter}; runs=${3:-20}; secs=${4:-90}
 OUT=${OUT:-$(mktemp -d /tmp/dkv-repeat-XXXXXX)}
+mkdir -p "$OUT" || exit 1
 passed=0; failed=0; hung=0
 for i in $(seq 1 "$runs"); do
 	"$bin" --filter="$filter" >"$OUT/run.$i" 2>&1 &
