@@ -709,3 +709,52 @@ Test(api, disable_wal_survives_clean_close)
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
+
+/* docs/memnode.md: tables left in slab space are packed by the idle
+ * compaction thread, up to 8 a second (PACK_SWEEP_MAX per idle tick), so a
+ * node that has room again is not flooded with copies. */
+Test(api, the_idle_sweep_packs_at_most_8_tables_a_tick)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	uint64_t end;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 16u << 20;
+	o.pack_tables = true;
+	o.l0_compaction_trigger = 100; /* the 12 tables stay as they are */
+	o.l0_slowdown_trigger = 200;
+	o.l0_stop_trigger = 300;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	atomic_store(&db->test_no_pack, true);
+	for (unsigned i = 0; i < 12; i++) {
+		put_n(db, i * 20, 20);
+		cr_assert_eq(eng_flush(db), 0);
+	}
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tables_per_level[0], 12);
+	cr_assert_eq(st.tables_repacked, 0);
+	atomic_store(&db->test_no_pack, false);
+	end = eng_now_us() + 20000000ull * (uint64_t)test_time_scale();
+	do {
+		usleep(20000);
+		cr_assert_eq(eng_stats(db, &st), 0);
+	} while (st.tables_repacked < 8 && eng_now_us() < end);
+	cr_assert_eq(st.tables_repacked, 8, "%llu tables packed in the first tick",
+		     (unsigned long long)st.tables_repacked);
+	usleep(300000); /* the next tick is a second after this one */
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tables_repacked, 8, "more than 8 tables packed within 0.3 s");
+	do {
+		usleep(50000);
+		cr_assert_eq(eng_stats(db, &st), 0);
+	} while (st.tables_repacked < 12 && eng_now_us() < end);
+	cr_assert_eq(st.tables_repacked, 12, "the last 4 were not packed at the next tick");
+	for (unsigned i = 0; i < 240; i += 7)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
