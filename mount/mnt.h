@@ -43,6 +43,7 @@ struct mnt_opts {
 	int sync_on_close;
 	int implicit_dirs;
 	int writeback_cache;
+	int no_pack;         /* small tables stay in slab space (eng_options.pack_tables off) */
 	int spin_us;         /* > 0: the reader polls this long (mount/mnt_spin.c); 0: libfuse's loop */
 	int read_only;       /* -o ro seen (also passed on to FUSE) */
 };

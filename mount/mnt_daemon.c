@@ -80,6 +80,7 @@ static const struct fuse_opt mnt_spec[] = {
 	OPT("sync_on_close", sync_on_close),
 	OPT("implicit_dirs", implicit_dirs),
 	OPT("writeback_cache", writeback_cache),
+	OPT("no_pack", no_pack),
 	OPT("spin_us=%d", spin_us),
 	FUSE_OPT_KEY("memtable_size=", KEY_MEMTABLE),
 	FUSE_OPT_KEY("slab_size=", KEY_SLAB),
@@ -120,6 +121,9 @@ static void usage(const char *prog)
 	       "  -o attr_timeout=SEC      kernel attribute cache (default 3600)\n"
 	       "  -o sync_on_close         make close() as durable as fsync()\n"
 	       "  -o writeback_cache       let the kernel buffer writes (faster small writes)\n"
+	       "  -o no_pack               tables under 4 MiB stay in this mount's slab space,\n"
+	       "                           writable by it until compacted (default: the node\n"
+	       "                           packs them read-only; docs/memnode.md)\n"
 	       "  -o spin_us=N             the thread reading requests polls for N us (0-10000,\n"
 	       "                           default 50) after each one before it sleeps; 0:\n"
 	       "                           libfuse's loop (docs/fs.md, \"The request loop\")\n"
@@ -355,6 +359,7 @@ static int open_store(struct mnt *m)
 	if (rc)
 		return rc;
 	eng_options_init(&eo);
+	eo.pack_tables = !m->o.no_pack;
 	if (m->o.transport && net_kind_parse(m->o.transport, &eo.transport)) {
 		dkv_err("unknown transport '%s' (rdma, tcp, local or auto)", m->o.transport);
 		return -EINVAL;

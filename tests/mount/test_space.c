@@ -133,6 +133,14 @@ Test(space, ctl_compact_and_stats_of_a_mounted_volume)
 	cr_assert_eq(stat_of("tables_unsealed"), 0);
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(sh("cmp -s %s/src/f%d %s/f%d", T, i, MNT, i), 0, "f%d changed", i);
+	down();
+	/* -o no_pack: the small flush stays in slab space, writable by the mount */
+	cr_assert_eq(up("no_pack"), 0);
+	cr_assert_eq(sh("echo small > %s/small", MNT), 0);
+	sh_out(out, sizeof(out), "%s/dkvfs-ctl compact %s 2>&1; echo rc=$?", B, MNT);
+	cr_assert(strstr(out, "rc=0"), "ctl compact with no_pack: %s", out);
+	cr_assert_eq(stat_of("tables_packed"), 0, "packed with -o no_pack");
+	cr_assert_gt(stat_of("tables_unsealed"), 0, "no small table left in slab space");
 	/* not the owner: refused */
 	cr_assert_neq(sh("setpriv --reuid=65534 --regid=65534 --clear-groups %s/dkvfs-ctl compact "
 			 "%s 2>/dev/null", B, MNT), 0);
