@@ -182,7 +182,8 @@ Test(cleaner, deletes_on_a_full_volume_are_not_held_by_the_pace, .timeout = 200)
 	struct eng_stats st0, st;
 	struct timespec t0, t1, d0, d1;
 	double worst = 0, all;
-	unsigned n;
+	uint64_t paced_full = 0;
+	unsigned n, full = 0;
 	int r = 0;
 	eng_db *db;
 
@@ -190,6 +191,9 @@ Test(cleaner, deletes_on_a_full_volume_are_not_held_by_the_pace, .timeout = 200)
 	topts(&o, &node);
 	o.memtable_size = 1u << 20;
 	o.slab_size = 2u << 20;
+	/* packed tables leave slab holes the cleaner can give back at once
+	 * (the volume then has room, and nothing here is tested) */
+	o.pack_tables = false;
 	o.l0_compaction_trigger = 2;
 	o.l0_slowdown_trigger = 2;
 	o.l0_stop_trigger = 3;
@@ -197,16 +201,23 @@ Test(cleaner, deletes_on_a_full_volume_are_not_held_by_the_pace, .timeout = 200)
 	n = fill(db);
 	cr_assert_eq(eng_stats(db, &st0), 0);
 	cr_assert_eq(st0.space_low, 1, "the volume is not full after ENOSPC");
-	/* the snapshot keeps every deleted record: the volume stays full */
+	/* the snapshot keeps every deleted record: the volume stays full,
+	 * unless the cleaner's evacuation gives a slab back */
 	const eng_snapshot *old = eng_snapshot_create(db);
 	cr_assert_not_null(old);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (unsigned i = 0; i < n; i += 2) {
 		char k[32];
+		bool full0 = atomic_load(&db->space_low);
+		uint64_t s0 = atomic_load(&db->st_stalls);
 
 		clock_gettime(CLOCK_MONOTONIC, &d0);
 		r = eng_delete(db, NULL, k, tkey(k, sizeof(k), i));
 		clock_gettime(CLOCK_MONOTONIC, &d1);
+		if (full0 && atomic_load(&db->space_low)) { /* full all along */
+			full++;
+			paced_full += atomic_load(&db->st_stalls) - s0;
+		}
 		cr_assert_eq(r, 0, "delete %u on a full node: %d", i, r);
 		double s = (double)(d1.tv_sec - d0.tv_sec) + (d1.tv_nsec - d0.tv_nsec) / 1e9;
 		if (s > worst)
@@ -218,15 +229,16 @@ Test(cleaner, deletes_on_a_full_volume_are_not_held_by_the_pace, .timeout = 200)
 	all = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
 	cr_assert_eq(eng_stats(db, &st), 0);
 	eng_snapshot_release(db, old);
-	fprintf(stderr, "cleaner: %u deletes on a full volume in %.2f s (slowest %.3f s), %llu "
-			"delete flushes, %llu stalls, level 0 at %llu tables\n",
-		(n + 1) / 2, all, worst,
+	fprintf(stderr, "cleaner: %u deletes (%u on a full volume) in %.2f s (slowest %.3f s), "
+			"%llu delete flushes, %llu stalls, level 0 at %llu tables\n",
+		(n + 1) / 2, full, all, worst,
 		(unsigned long long)(st.delete_flushes - st0.delete_flushes),
 		(unsigned long long)(st.stalls - st0.stalls),
 		(unsigned long long)st.tables_per_level[0]);
-	cr_assert_eq(st.space_low, 1, "the volume has room with a snapshot holding everything");
-	cr_assert_eq(st.stalls, st0.stalls, "deletes on a full volume were paced %llu times",
-		     (unsigned long long)(st.stalls - st0.stalls));
+	cr_assert_geq(full, 1000, "only %u of %u deletes found the volume full: nothing tested",
+		      full, (n + 1) / 2);
+	cr_assert_eq(paced_full, 0, "deletes on a full volume were paced %llu times",
+		     (unsigned long long)paced_full);
 	cr_assert_lt(worst, 1.0 * test_time_scale(), "a delete on a full volume took %.3f s", worst);
 	cr_assert_leq(st.delete_flushes - st0.delete_flushes, (uint64_t)all + 2,
 		      "%llu delete flushes in %.2f s on a full volume",
