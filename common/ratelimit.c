@@ -62,7 +62,7 @@ void dkv_log_rl(struct dkv_ratelimit *rl, enum dkv_log_level lvl, const char *fm
 	char msg[900];
 	va_list ap;
 
-	if (!dkv_ratelimit_allow(rl, dkv_mono_ns() / 1000u, &dropped))
+	if (!dkv_ratelimit_allow(rl, dkv_mono_us(), &dropped))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -49,7 +49,7 @@
 
 uint64_t eng_now_us(void)
 {
-	return dkv_mono_ns() / 1000u;
+	return dkv_mono_us();
 }
 
 int eng_cond_init(pthread_cond_t *cv)

@@ -95,7 +95,6 @@ struct job {
 	uint64_t t0;
 };
 
-
 static void job_free(struct job *j)
 {
 	if (!j)
@@ -541,7 +540,7 @@ static void job_finish(struct job *j, int r)
 	put_u64(rep + 16, st.bytes_out);
 	put_u64(rep + 24, st.records_in);
 	put_u64(rep + 32, st.records_out);
-	put_u64(rep + 40, (dkv_mono_ns() / 1000u) - j->t0);
+	put_u64(rep + 40, dkv_mono_us() - j->t0);
 	for (size_t i = 0; i < j->nouts; i++) {
 		uint8_t *e = rep + MN_COMPACT_REP_HDR + i * MN_COMPACT_OUT_WIRE;
 
@@ -745,7 +744,7 @@ void mn_op_compact(struct mn_server *s, struct mn_conn *mc, struct rpc_call *cal
 	j->parts[0].j = j;
 	j->mc = mc;
 	j->call = call;
-	j->t0 = (dkv_mono_ns() / 1000u);
+	j->t0 = dkv_mono_us();
 	r = job_parse(j, req, len, arg, alen);
 	if (!r) {
 		pthread_mutex_lock(&s->lock);

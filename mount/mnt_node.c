@@ -40,7 +40,6 @@ static void nap_ms(unsigned ms)
 		;
 }
 
-
 static void find_bin(const char *given, char *out, size_t cap)
 {
 	if (given) {
@@ -105,7 +104,7 @@ static int spawn(struct mnt_node *n)
 		_exit(127);
 	}
 	n->pid = pid;
-	n->started_ms = (dkv_mono_ns() / 1000000u);
+	n->started_ms = dkv_mono_ms();
 	return 0;
 }
 
@@ -150,22 +149,22 @@ static void *supervise(void *arg)
 	while (!n->stopping) {
 		int st;
 		if (n->pid && waitpid(n->pid, &st, WNOHANG) == n->pid) {
-			bool quick = (dkv_mono_ns() / 1000000u) - n->started_ms < STABLE_MS;
+			bool quick = dkv_mono_ms() - n->started_ms < STABLE_MS;
 			backoff = quick ? backoff : BACKOFF_MIN_MS;
 			char then[96];
 			snprintf(then, sizeof(then), "; starting it again on the same region in %.1f s",
 				 backoff / 1000.0);
 			say_exit(n, st, then);
 			n->pid = 0;
-			due = (dkv_mono_ns() / 1000000u) + backoff;
+			due = dkv_mono_ms() + backoff;
 			backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
 		}
-		if (!n->pid && due && (dkv_mono_ns() / 1000000u) >= due) {
+		if (!n->pid && due && dkv_mono_ms() >= due) {
 			int rc = spawn(n);
 			if (rc) {
 				dkv_err("cannot start the embedded memory node again: %s; retrying",
 					dkv_strerror(rc));
-				due = (dkv_mono_ns() / 1000000u) + backoff;
+				due = dkv_mono_ms() + backoff;
 			} else {
 				due = 0;
 				__atomic_add_fetch(&n->restarts, 1, __ATOMIC_RELAXED);

@@ -77,7 +77,6 @@ struct spin_pool {
 	pthread_t *threads;
 };
 
-
 static void *serve_main(void *arg);
 
 /* Let the next thread read: wake a waiter, or start one.  mu held. */

@@ -253,7 +253,7 @@ void nrdma_fmt_addr(const struct sockaddr *sa, char *buf, size_t cap)
 
 int64_t nrdma_now_ms(void)
 {
-	return (int64_t)(dkv_mono_ns() / 1000000u);
+	return (int64_t)dkv_mono_ms();
 }
 
 /* Milliseconds left until deadline (-1: none), for poll(2). */

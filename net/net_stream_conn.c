@@ -81,7 +81,7 @@ static int conn_new(struct ns_domain *d, int fd, bool share, const struct net_co
 	pthread_cond_init(&c->rx_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	c->rd.c = c;
-	c->rd.last_check = now_ns();
+	c->rd.last_check = dkv_mono_ns();
 	c->rd.buf = malloc(NS_RXBUF);
 	c->sq_cap = c->o.max_send_wr;
 	c->rq_cap = c->o.max_recv_wr;
@@ -215,7 +215,7 @@ uint64_t ns_deadline_after(int timeout_ms)
 {
 	if (timeout_ms < 0)
 		return UINT64_MAX / 2;
-	return now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	return dkv_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
 int ns_accept(struct net_conn_req *rr, const struct net_conn_opts *o, const void *priv, size_t len,

@@ -310,14 +310,9 @@ static inline struct ns_conn *to_conn(struct net_conn *c)
 	return (struct ns_conn *)c;
 }
 
-static inline uint64_t now_ns(void)
-{
-	return dkv_mono_ns();
-}
-
 static inline int ms_left(uint64_t deadline)
 {
-	uint64_t n = now_ns();
+	uint64_t n = dkv_mono_ns();
 	if (n >= deadline)
 		return 0;
 	if (deadline - n > 3600ull * 1000000000ull)

@@ -301,7 +301,7 @@ int ns_get_request(struct net_listener *ll, int timeout_ms, struct net_conn_req 
 			if (err == -ENOMEM)
 				return err;
 		}
-		now = now_ns();
+		now = dkv_mono_ns();
 		for (size_t i = 0; i < l->npend;) {
 			if (l->pend[i]->deadline <= now) {
 				pending_drop(l, i, "no hello in time");

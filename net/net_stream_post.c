@@ -104,7 +104,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	s->op = wc_of[wr->op];
 	s->local = wr->local;
 	s->len = wr->len;
-	s->t_post = now_ns();
+	s->t_post = dkv_mono_ns();
 	atomic_fetch_add_explicit(&c->ops_posted, 1, memory_order_relaxed);
 	if (fault_count(c, &drop)) {
 		ns_slot_complete(c, s, -EIO);
@@ -223,14 +223,14 @@ static void drive(struct ns_conn *c, unsigned gen, uint64_t *spin_end, uint64_t 
 
 	int r = ns_rx_progress(c, &served);
 	if (served) /* the peer is busy with us: its next frame is near too */
-		*spin_end = now_ns() + NS_SPIN_NS;
+		*spin_end = dkv_mono_ns() + NS_SPIN_NS;
 	if (r < 0 || atomic_load(&c->gen) != gen)
 		return;
 	if (r > 0) {
 		sched_yield(); /* the input is being served; its completion is near */
 		return;
 	}
-	if (now_ns() < *spin_end) {
+	if (dkv_mono_ns() < *spin_end) {
 		/* Spin before blocking: a wakeup costs ~100 us on small VMs.
 		 * The yield lets the peer run when CPUs are scarce. */
 		if (poll(p, 2, 0) == 0)
@@ -265,7 +265,7 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 			}
 			break;
 		}
-		uint64_t now = now_ns();
+		uint64_t now = dkv_mono_ns();
 		if (now >= deadline)
 			break;
 		if (!c->broken) {

@@ -100,7 +100,7 @@ static bool op_expired(struct ns_conn *c, uint64_t now)
  * op_timeout. */
 static int rx_wait(struct ns_conn *c, uint64_t *last_check)
 {
-	uint64_t start = now_ns(), spin_end = start + NS_SPIN_NS;
+	uint64_t start = dkv_mono_ns(), spin_end = start + NS_SPIN_NS;
 
 	for (;;) {
 		struct pollfd p = {.fd = c->fd, .events = POLLIN};
@@ -113,7 +113,7 @@ static int rx_wait(struct ns_conn *c, uint64_t *last_check)
 		 * go back and park instead of competing for the input. */
 		if (last_check && atomic_load_explicit(&c->pollers, memory_order_relaxed))
 			return 0;
-		bool spin = now_ns() < spin_end;
+		bool spin = dkv_mono_ns() < spin_end;
 		r = poll(&p, 1, spin ? 0 : NS_TICK_MS);
 		if (r == 0 && spin)
 			sched_yield();
@@ -121,7 +121,7 @@ static int rx_wait(struct ns_conn *c, uint64_t *last_check)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -errno;
-		now = now_ns();
+		now = dkv_mono_ns();
 		if (last_check) {
 			if (now - *last_check >= NS_TICK_MS * 1000000ull) {
 				*last_check = now;
@@ -204,15 +204,15 @@ static struct ns_slot *slot_for_answer(struct ns_conn *c, uint64_t seq)
  * leave, and fail the connection. */
 static int rx_refuse(struct ns_conn *c, uint8_t op, uint64_t seq, int status)
 {
-	uint64_t deadline = now_ns() + NS_NAK_WAIT_MS * 1000000ull;
+	uint64_t deadline = dkv_mono_ns() + NS_NAK_WAIT_MS * 1000000ull;
 	dkv_warn("net: refusing a request from %s: %s", c->peer, dkv_strerror(status));
 	if (ns_tx_answer(c, op, seq, status) == 0) {
 		ns_tx_push(c);
 		pthread_mutex_lock(&c->tx_mu);
 		c->tx_idle_waiters++;
-		while ((c->writer_active || c->txq_head) && now_ns() < deadline) {
+		while ((c->writer_active || c->txq_head) && dkv_mono_ns() < deadline) {
 			/* tx_cond runs on CLOCK_MONOTONIC, as now_ns */
-			uint64_t until = now_ns() + 10000000ull;
+			uint64_t until = dkv_mono_ns() + 10000000ull;
 			struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 					      .tv_nsec = (long)(until % 1000000000ull)};
 			pthread_cond_timedwait(&c->tx_cond, &c->tx_mu, &ts);
@@ -392,7 +392,7 @@ static int rx_frame(struct ns_reader *rd)
 		dkv_warn("net: bad frame from %s (%s); closing", c->peer, dkv_strerror(err));
 		return err;
 	}
-	uint64_t now = now_ns();
+	uint64_t now = dkv_mono_ns();
 	if (now - rd->last_check >= NS_TICK_MS * 1000000ull) {
 		rd->last_check = now;
 		if (op_expired(c, now))
@@ -541,11 +541,11 @@ static int rx_serve(struct ns_conn *c, unsigned *served)
 static int rx_park(struct ns_conn *c, uint64_t *last_check)
 {
 	while (atomic_load(&c->pollers) && !__atomic_load_n(&c->broken, __ATOMIC_RELAXED)) {
-		uint64_t until = now_ns() + NS_TICK_MS * 1000000ull;
+		uint64_t until = dkv_mono_ns() + NS_TICK_MS * 1000000ull;
 		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 				      .tv_nsec = (long)(until % 1000000000ull)};
 		pthread_cond_timedwait(&c->rx_cond, &c->rx_mu, &ts);
-		uint64_t now = now_ns();
+		uint64_t now = dkv_mono_ns();
 		if (now - *last_check >= NS_TICK_MS * 1000000ull) {
 			*last_check = now;
 			if (op_expired(c, now))
@@ -586,7 +586,7 @@ void ns_poller_leave(struct ns_conn *c)
 void *ns_rx_main(void *arg)
 {
 	struct ns_conn *c = arg;
-	uint64_t last_check = now_ns();
+	uint64_t last_check = dkv_mono_ns();
 	int err = 0;
 
 	pthread_setname_np(pthread_self(), "net-rx");

@@ -31,7 +31,7 @@ int ns_wait_fd(int fd, short ev, uint64_t deadline)
 		int r = poll(&p, 1, ms_left(deadline));
 		if (r > 0)
 			return 1;
-		if (r == 0 && now_ns() >= deadline)
+		if (r == 0 && dkv_mono_ns() >= deadline)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -errno;

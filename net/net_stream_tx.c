@@ -157,7 +157,7 @@ static int txv_write(int fd, struct ns_txe **b, size_t n, size_t *done, size_t *
 			return -errno;
 		if (mode == TX_NOBLOCK)
 			return -EAGAIN;
-		int r = ns_wait_fd(fd, POLLOUT, now_ns() + (uint64_t)timeout_ms * 1000000ull);
+		int r = ns_wait_fd(fd, POLLOUT, dkv_mono_ns() + (uint64_t)timeout_ms * 1000000ull);
 		if (r < 0)
 			return r;
 		if (r == 0)
@@ -229,7 +229,7 @@ bool ns_read_budget_take(struct ns_conn *c, size_t len)
 {
 	if (reserve_both(c, len))
 		return true;
-	uint64_t deadline = now_ns() + (uint64_t)c->o.op_timeout_ms * 1000000ull;
+	uint64_t deadline = dkv_mono_ns() + (uint64_t)c->o.op_timeout_ms * 1000000ull;
 	bool ok = false;
 
 	ns_tx_push(c); /* the replies this thread holds back give room too */
@@ -239,7 +239,7 @@ bool ns_read_budget_take(struct ns_conn *c, size_t len)
 	pthread_mutex_lock(&rd_mu);
 	atomic_fetch_add(&rd_waiters, 1);
 	while (!(ok = reserve_both(c, len))) {
-		uint64_t now = now_ns();
+		uint64_t now = dkv_mono_ns();
 		if (now >= deadline || __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
 			break;
 		/* Replies leave as their peers read them, or their connections

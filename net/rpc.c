@@ -45,11 +45,6 @@
 #include "common/err.h"
 #include "common/log.h"
 
-uint64_t rpc_now_ns(void)
-{
-	return dkv_mono_ns();
-}
-
 void *rpc_map_area(size_t len)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -266,7 +261,7 @@ static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout
 		    bool reaping)
 {
 	struct rpc_ent *e = &ch->ent[idx];
-	uint64_t spin_end = rpc_now_ns() + RPC_SPIN_NS;
+	uint64_t spin_end = dkv_mono_ns() + RPC_SPIN_NS;
 	bool busy = atomic_load_explicit(&e->state, memory_order_acquire) == ENT_BUSY;
 	struct timespec dl;
 	int rc;
@@ -279,7 +274,7 @@ static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout
 		net_conn_reaping(ch->conn, true);
 		reaping = true;
 	}
-	while (busy && rpc_now_ns() < spin_end) {
+	while (busy && dkv_mono_ns() < spin_end) {
 		if (chan_reap(ch, true) <= 0)
 			sched_yield();
 		busy = atomic_load_explicit(&e->state, memory_order_acquire) == ENT_BUSY;

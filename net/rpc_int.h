@@ -53,7 +53,6 @@ static inline uint32_t wr_gen(uint64_t w)
 	return (uint32_t)(w >> 32);
 }
 
-uint64_t rpc_now_ns(void);
 void *rpc_map_area(size_t len);
 size_t rpc_reply_encode(void *buf, uint16_t op, int status, uint64_t req_id, const void *body,
 			uint32_t len);

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "common/coding.h"
+#include "common/deadline.h"
 #include "common/log.h"
 
 /* ---------------------------------------------------------------- server */
@@ -326,14 +327,14 @@ static void *sconn_thread(void *arg)
 	while (!atomic_load(&sc->closing) && !atomic_load(&s->stopping)) {
 		/* Right after a request, keep looking without blocking for a
 		 * while: clients often send the next one at once. */
-		bool hot = rpc_now_ns() < busy_until;
+		bool hot = dkv_mono_ns() < busy_until;
 		n = net_poll(sc->conn, wc, 32, hot ? 0 : RPC_POLL_MS);
 		for (int i = 0; i < n; i++)
 			srv_on_wc(sc, &wc[i]);
 		if (n < 0 || !net_conn_ok(sc->conn))
 			break;
 		if (n > 0)
-			busy_until = rpc_now_ns() + RPC_SERVER_SPIN_NS;
+			busy_until = dkv_mono_ns() + RPC_SERVER_SPIN_NS;
 		else if (hot)
 			sched_yield();
 	}
