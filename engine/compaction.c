@@ -858,7 +858,12 @@ static size_t l0_tables(struct eng_db *db)
 	return n;
 }
 
-int eng_compaction_pace(struct eng_db *db)
+int eng_compaction_wait_ms(const struct eng_db *db)
+{
+	return 4 * (db->o.op_timeout_ms > 0 ? db->o.op_timeout_ms : 5000);
+}
+
+int eng_compaction_pace(struct eng_db *db, bool deletes_only)
 {
 	struct eng_compaction *c = db->comp;
 	int slow = db->o.l0_slowdown_trigger, stop = db->o.l0_stop_trigger;
@@ -866,7 +871,9 @@ int eng_compaction_pace(struct eng_db *db)
 	bool failing;
 	size_t n;
 
-	if (!c || !c->started)
+	/* Deletes on a full volume are what gives room back, and no merge
+	 * runs there to wait for. */
+	if (!c || !c->started || (deletes_only && atomic_load(&db->space_low)))
 		return 0;
 	n = l0_tables(db);
 	if (slow <= 0 || n < (size_t)slow)
@@ -889,7 +896,7 @@ int eng_compaction_pace(struct eng_db *db)
 	}
 	/* Stop: wait for compaction to bring L0 down.  Bounded, so a failing
 	 * compaction (node full) slows writers but never wedges them. */
-	deadline = t0 + (uint64_t)(db->o.op_timeout_ms > 0 ? db->o.op_timeout_ms : 5000) * 4000u;
+	deadline = t0 + (uint64_t)eng_compaction_wait_ms(db) * 1000u;
 	pthread_mutex_lock(&c->mu);
 	while (!c->stop && eng_now_us() < deadline) {
 		struct timespec ts;
@@ -912,7 +919,8 @@ int eng_compaction_pace(struct eng_db *db)
 int eng_compaction_all(struct eng_db *db, int timeout_ms)
 {
 	struct eng_compaction *c;
-	uint64_t ticket, deadline;
+	struct timespec until;
+	uint64_t ticket;
 	int r;
 
 	if (!db)
@@ -943,18 +951,12 @@ int eng_compaction_all(struct eng_db *db, int timeout_ms)
 	pthread_mutex_lock(&c->mu);
 	ticket = ++c->manual_req;
 	pthread_cond_signal(&c->cv);
-	deadline = eng_now_us() + (uint64_t)timeout_ms * 1000u;
+	dkv_deadline_in(&until, timeout_ms);
 	while (c->manual_done < ticket && !c->stop) {
-		struct timespec ts;
-
-		if (!timeout_ms) {
+		if (!timeout_ms)
 			pthread_cond_wait(&c->done_cv, &c->mu);
-			continue;
-		}
-		if (eng_now_us() >= deadline)
+		else if (pthread_cond_timedwait(&c->done_cv, &c->mu, &until) == ETIMEDOUT)
 			break;
-		dkv_deadline_in(&ts, PACE_WAIT_MS);
-		pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
 	}
 	r = c->manual_done >= ticket ? c->manual_err : c->stop ? -ECANCELED : -ETIMEDOUT;
 	pthread_mutex_unlock(&c->mu);

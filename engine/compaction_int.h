@@ -20,6 +20,7 @@
 #define DKV_ENG_COMPACTION_INT_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct eng_db;
@@ -41,11 +42,16 @@ void eng_compaction_stop(struct eng_db *db);
 /* Something changed (a flush installed a table): look for work.  Any thread,
  * no engine lock needed (comp->mu only). */
 void eng_compaction_maybe_schedule(struct eng_db *db);
+/* The longest a writer waits for the compaction thread (pace, reclaim):
+ * 4 x op_timeout_ms, 20 s by default. */
+int eng_compaction_wait_ms(const struct eng_db *db);
 /* Writer pacing, called by the commit leader before it makes room, with no
  * lock held: sleeps ~1 ms when level 0 holds l0_slowdown_trigger tables,
- * waits (bounded) while it holds l0_stop_trigger, counting both in
- * eng_stats.stalls/stall_us.  Never fails a write: always 0. */
-int eng_compaction_pace(struct eng_db *db);
+ * waits (at most eng_compaction_wait_ms) while it holds l0_stop_trigger,
+ * counting both in eng_stats.stalls/stall_us; on a full volume it only
+ * slows, and a group of deletes only (deletes_only) passes untouched.
+ * Never fails a write: always 0. */
+int eng_compaction_pace(struct eng_db *db, bool deletes_only);
 /* eng_compact_all: flush, then merge every level down into the deepest
  * non-empty one, and wait: without end (timeout_ms 0), or at most about
  * timeout_ms, then -ETIMEDOUT while the compaction goes on (the write

@@ -317,10 +317,7 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		if (w == last)
 			break;
 	}
-	/* L0 slowdown/stop (never fails).  Not for deletes on a full volume:
-	 * they are what gives room back, and no merge runs there to wait for. */
-	if (g->puts || !atomic_load(&db->space_low))
-		eng_compaction_pace(db);
+	eng_compaction_pace(db, g->puts == 0); /* L0 slowdown/stop: never fails */
 	r = make_room(db, g->len * 2, false, g->puts < eng_batch_count(g));
 	if (r)
 		return r;
@@ -389,7 +386,7 @@ static int reclaim(struct eng_db *db)
 	/* bounded: the thread may be deep in a cleaner step, and a write must
 	 * never hang on a full volume (the caller gets ENOSPC and may try
 	 * again; the compaction still runs) */
-	int wait_ms = 4 * (db->o.op_timeout_ms > 0 ? db->o.op_timeout_ms : 5000);
+	int wait_ms = eng_compaction_wait_ms(db);
 	int r = -ENOSPC;
 
 	pthread_mutex_lock(&db->reclaim_mu);
