@@ -582,7 +582,8 @@ void eng_space_trim_all(struct eng_db *db);
 /* Packed runs (engine/pack.c).  A table that is small (up to MN_PACK_MAX)
  * and written and synced in our slab space at *off is copied by the node
  * into its packed run, read-only from then on (MN_OP_PACK), if the node
- * (asked now) has room for it twice over above twice the reserve: 0 and
+ * has room for it twice over above twice the reserve (the node checks, in
+ * the same call): 0 and
  * the table's new offset in *off (its
  * slab space goes back to the allocator; the run counts it as live), or an
  * error with the table where it was (it stays writable: tables_unsealed).

@@ -165,7 +165,7 @@ static int part_table_done(void *ctx, const uint8_t *p, size_t len, const struct
 	 * the upper half of that room, never the lower half (the client's
 	 * eng_space_keep follows the same rule for its own outputs). */
 	keep = (j->out_bytes + len) * 8 <= j->in_bytes ? j->keep_free / 2 : j->keep_free;
-	if (keep && (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE < keep + len)
+	if (keep && mn_region_free_bytes(&s->rg) < keep + len)
 		r = -ENOSPC;
 	else
 		r = mn_alloc(&s->rg, j->vol, MN_KIND_NODE, len, &off, &alen);
@@ -517,7 +517,7 @@ static void job_finish(struct job *j, int r)
 			mn_free(&s->rg, j->vol, MN_KIND_NODE, j->outs[i].off);
 		s->vs[j->vol].jobs--;
 		unlist(j);
-		free_b = (uint64_t)(s->rg.npages - s->rg.used_pages) * MN_PAGE_SIZE;
+		free_b = mn_region_free_bytes(&s->rg);
 		pthread_mutex_unlock(&s->lock);
 		if (r != -ECANCELED)
 			dkv_log_rl(

@@ -70,7 +70,7 @@ void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		const uint8_t *req, size_t len)
 {
 	uint8_t rep[8 + MN_EXTENT_WIRE];
-	uint64_t src, l, keep, used, dst = 0, run_off = 0, run_len = 0;
+	uint64_t src, l, keep, dst = 0, run_off = 0, run_len = 0;
 	uint32_t rkey = 0;
 	unsigned acc = 0;
 	int rc;
@@ -84,8 +84,7 @@ void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		return rpc_reply(call, -EINVAL, NULL, 0);
 	pthread_mutex_lock(&s->lock);
 	rc = mn_region_in_slabs(&s->rg, mc->vol, src, l);
-	used = s->rg.used_pages * MN_PAGE_SIZE;
-	if (!rc && (used > s->rg.size || s->rg.size - used < keep))
+	if (!rc && mn_region_free_bytes(&s->rg) < keep)
 		rc = -ENOSPC;
 	if (!rc)
 		rc = pack_place(s, mc->vol, l, &dst);

@@ -96,6 +96,12 @@ int mn_alloc(struct mn_region *r, int v, enum mn_kind kind, uint64_t len, uint64
 /* Largest page-cache folio a free also clears around its run (PMD size). */
 #define MN_FOLIO_MAX (2u << 20)
 int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len);
+/* Bytes of the region no volume holds (the floors of COMPACT's keep_free
+ * and PACK's keep).  Caller holds the server lock. */
+static inline uint64_t mn_region_free_bytes(const struct mn_region *r)
+{
+	return (uint64_t)(r->npages - r->used_pages) * MN_PAGE_SIZE;
+}
 /* 0 if [off, off+len) lies in slabs of volume slot v; -EINVAL (out of the
  * region, empty, no such volume) or -EPERM.  Caller holds the server lock. */
 int mn_region_in_slabs(const struct mn_region *r, int v, uint64_t off, uint64_t len);
