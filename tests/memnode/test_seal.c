@@ -351,27 +351,36 @@ Test(seal, packed_tables_share_a_run_no_client_can_write)
 	mn_server_destroy(s);
 }
 
+/* A 16 MiB node backed by a new file named from the template backing (o
+ * kept, to start it again on the same file). */
+static struct mn_server *file_server(char *backing, struct mn_server_opts *o)
+{
+	struct mn_server *s = NULL;
+	int fd = mkstemp(backing);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(backing);
+	mn_server_opts_init(o);
+	o->transport = MT_TRANSPORT;
+	o->size = 16u << 20;
+	o->backing = backing;
+	cr_assert_eq(mn_server_create(o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	return s;
+}
+
 /* On a file-backed node PACK msyncs the copy before it answers (counted in
  * synced_bytes, as SYNC is). */
 Test(seal, a_packed_table_is_synced_on_a_file_backed_node)
 {
 	char backing[] = "/tmp/dkv-pack-sync-XXXXXX";
 	struct mn_server_opts o;
-	struct mn_server *s = NULL;
+	struct mn_server *s = file_server(backing, &o);
 	struct mn_client *c;
 	struct mn_extent e, run;
 	uint64_t off, s0;
-	int fd = mkstemp(backing);
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	unlink(backing);
-	mn_server_opts_init(&o);
-	o.transport = MT_TRANSPORT;
-	o.size = 16u << 20;
-	o.backing = backing;
-	cr_assert_eq(mn_server_create(&o, &s), 0);
-	cr_assert_eq(mn_server_start(s), 0);
 	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
 	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
 	cr_assert_eq(mn_write(c, e.off, "a small table", 13), 0);
@@ -417,24 +426,14 @@ Test(seal, a_restarted_node_starts_a_new_packed_run)
 {
 	char backing[] = "/tmp/dkv-pack-restart-XXXXXX";
 	struct mn_server_opts o;
-	struct mn_server *s = NULL;
+	struct mn_server *s = file_server(backing, &o);
 	struct mn_client *c;
 	struct mn_extent e, run1, run2, *list = NULL;
 	uint64_t off1, off2;
 	char buf[13];
 	size_t n = 0;
 	bool listed = false;
-	int fd = mkstemp(backing);
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	unlink(backing);
-	mn_server_opts_init(&o);
-	o.transport = MT_TRANSPORT;
-	o.size = 16u << 20;
-	o.backing = backing;
-	cr_assert_eq(mn_server_create(&o, &s), 0);
-	cr_assert_eq(mn_server_start(s), 0);
 	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
 	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
 	cr_assert_eq(mn_write(c, e.off, "first table.", 13), 0);
