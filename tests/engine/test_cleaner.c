@@ -2,9 +2,13 @@
  * small records: after half of them are deleted, large writes succeed again
  * although no merge of the tree fits; every kept record reads back, every
  * deleted one stays deleted, also after a reopen; and a snapshot taken
- * before the deletes still sees every old record while it lives. */
+ * before the deletes still sees every old record while it lives.  And what
+ * a full volume never makes a writer wait for: deletes are not paced,
+ * writes are slowed but never stopped, and a large write waits for the
+ * compaction it starts at most 4 x op_timeout_ms. */
 #include <time.h>
 
+#include "engine/compaction_pick.h"
 #include "engine/eng_int.h"
 #include "tests/engine/eng_test.h"
 
@@ -300,6 +304,58 @@ Test(cleaner, a_large_write_on_a_full_volume_never_waits_long_for_the_cleaner, .
 	}
 	cr_assert_eq(r, 0, "no room after the deletes: %d", r);
 	check(db, NULL, n, 0);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* docs/compaction.md, "Writer pacing": on a full volume writers are only
+ * slowed, never stopped, even while the compaction thread last reported
+ * success (the cleaner does, and it keeps level 0 as long as it is).  Here
+ * the thread is held in a cleaner step with last_err 0 and level 0 at the
+ * stop trigger: a write with a put in it is paced (1 ms), never held; before,
+ * it waited 4 x op_timeout_ms (4 s here). */
+Test(cleaner, writes_on_a_full_volume_are_slowed_never_stopped, .timeout = 200)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st0, st;
+	eng_batch *b = eng_batch_create();
+	char k[32], v[VLEN + 16];
+	uint64_t t0;
+	double s;
+	int r;
+	eng_db *db;
+
+	cr_assert_not_null(b);
+	small_node(&node, &o, 32u << 20);
+	o.pack_tables = false; /* no slab given back by the cleaner: the volume stays full */
+	o.l0_compaction_trigger = 2;
+	o.l0_slowdown_trigger = 2;
+	o.l0_stop_trigger = 3;
+	o.op_timeout_ms = 1000; /* a stop waits up to 4 s */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	fill(db);
+	atomic_store(&db->test_gc_hold, true);
+	usleep(1500 * 1000); /* the thread's next step starts, and waits */
+	pthread_mutex_lock(&db->comp->mu);
+	db->comp->last_err = 0; /* as after a cleaner step that did work */
+	pthread_mutex_unlock(&db->comp->mu);
+	cr_assert_eq(eng_stats(db, &st0), 0);
+	cr_assert_eq(st0.space_low, 1, "the volume is not full after ENOSPC");
+	cr_assert_geq(st0.tables_per_level[0], 3, "level 0 below the stop trigger: nothing tested");
+	cr_assert_eq(eng_batch_put(b, k, tkey(k, sizeof(k), 1), v, val_of(v, 1, 1)), 0);
+	cr_assert_eq(eng_batch_delete(b, k, tkey(k, sizeof(k), 0)), 0);
+	t0 = dkv_mono_ns();
+	r = eng_write(db, NULL, b);
+	s = secs_since(t0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	fprintf(stderr, "cleaner: a write on a full volume, level 0 at %llu: %d after %.3f s\n",
+		(unsigned long long)st.tables_per_level[0], r, s);
+	cr_assert_eq(r, 0, "a small write with a delete on a full volume: %d", r);
+	cr_assert_gt(st.stalls, st0.stalls, "the write was not paced: nothing tested");
+	cr_assert_lt(s, 1.0 * test_time_scale(), "a write on a full volume was held %.3f s", s);
+	atomic_store(&db->test_gc_hold, false);
+	eng_batch_destroy(b);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
