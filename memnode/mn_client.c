@@ -643,6 +643,32 @@ int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t keep, uint
 	return ext_add_out(c, &e, run);
 }
 
+int mn_punch(struct mn_client *c, uint64_t off, uint64_t hole, uint64_t len)
+{
+	uint8_t req[24], rep[2 * MN_EXTENT_WIRE];
+	struct mn_ext e[2];
+	size_t rl = 0;
+	int rc;
+
+	put_u64(req, off);
+	put_u64(req + 8, hole);
+	put_u64(req + 16, len);
+	rc = call_simple(c, MN_OP_PUNCH, req, sizeof(req), rep, sizeof(rep), &rl);
+	if (rc)
+		return rc;
+	if (rl != sizeof(rep))
+		return -EBADMSG;
+	e[0] = ext_decode(rep);
+	e[1] = ext_decode(rep + MN_EXTENT_WIRE);
+	pthread_mutex_lock(&c->lock);
+	ext_del(c, off); /* its grant was revoked; the parts come with new ones */
+	for (int i = 0; i < 2 && !rc; i++)
+		if (e[i].len)
+			rc = ext_add(c, &e[i]);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n)
 {
 	struct rpc_chan *ch;

@@ -104,6 +104,15 @@ int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *
 #define MN_PACK_MAX (4u << 20)
 int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t keep, uint64_t *off,
 	    struct mn_extent *run);
+/* Free the whole pages [hole, hole+len) of slab off (page aligned, not the
+ * whole slab; nothing there is in use and nothing may be written there
+ * again): the slab splits into the part before the hole (still at off,
+ * absent if the hole starts it) and the part after it, a slab of its own.
+ * For the holes of blob slabs.  I/O in flight on the slab when this runs
+ * may fail with -DKV_E_GRANT: the caller keeps it out.  Errors:
+ * -ENOENT/-EPERM (not a slab of this volume), -EINVAL (hole), -EBUSY (a
+ * compaction job reads it), -EOPNOTSUPP (an older node), -EIO. */
+int mn_punch(struct mn_client *c, uint64_t off, uint64_t hole, uint64_t len);
 /* Every extent the volume owns (slabs and node extents), for recovery and GC:
  * *out is malloc'ed, caller frees. */
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n);

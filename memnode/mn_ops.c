@@ -297,6 +297,48 @@ static void op_seal(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	rpc_reply(call, 0, rep, sizeof(rep));
 }
 
+/* Free whole free pages in the middle of a slab (a blob slab's holes): the
+ * run splits in two, its grants are revoked everywhere, and the reply
+ * carries this connection's grants of both parts (GRANT's format; an absent
+ * part has len 0).  Request: u64 run, u64 hole offset, u64 hole length. */
+static void op_punch(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		     const uint8_t *req, size_t len)
+{
+	struct mn_extent part[2];
+	uint8_t rep[2 * MN_EXTENT_WIRE];
+	uint64_t off;
+	int rc;
+
+	if (len != 24)
+		return reply_err(call, -EINVAL);
+	off = get_u64(req);
+	memset(rep, 0, sizeof(rep));
+	pthread_mutex_lock(&s->lock);
+	rc = mn_owns(&s->rg, mc->vol, MN_KIND_SLAB, off);
+	if (!rc && run_pinned(s, mc->vol, off))
+		rc = -EBUSY;
+	if (!rc)
+		rc = mn_region_punch(&s->rg, mc->vol, off, get_u64(req + 8), get_u64(req + 16),
+				     &part[0], &part[1]);
+	if (!rc)
+		mn_revoke_all(s, mc->vol, off);
+	for (int i = 0; i < 2 && !rc; i++) {
+		uint32_t rkey = 0;
+		unsigned acc = 0;
+
+		if (!part[i].len)
+			continue;
+		rc = mn_conn_grant(s, mc, part[i].off, part[i].len, MN_KIND_SLAB, &rkey, &acc);
+		if (!rc)
+			mn_put_extent(rep + i * MN_EXTENT_WIRE, part[i].off, part[i].len, rkey,
+				      MN_KIND_SLAB, acc);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return reply_err(call, rc);
+	rpc_reply(call, 0, rep, sizeof(rep));
+}
+
 /* The (offset, length) entries of a FREE_EXTENTS or DISCARD request: u32
  * count, u32 0, then the entries inline, or pulled as the argument when the
  * batch is large.  NULL when the request does not add up. */
@@ -639,6 +681,7 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_COMPACT] = { "compact", V | W, mn_op_compact }, /* memnode/mn_compact.c */
 	[MN_OP_SEAL] = { "seal", V | W | I, op_seal },
 	[MN_OP_PACK] = { "pack", V | W, mn_op_pack }, /* up to 4 MiB of memcpy: a worker */
+	[MN_OP_PUNCH] = { "punch", V | W | I, op_punch },
 };
 #undef V
 #undef W

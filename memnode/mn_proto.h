@@ -50,6 +50,7 @@ enum mn_op {
 	MN_OP_COPY,          /* writer: copy ranges of its slabs on the node (copy_file_range) */
 	MN_OP_SEAL,          /* writer: a slab it filled with a table becomes read-only */
 	MN_OP_PACK,          /* writer: a small table copied into a read-only packed run */
+	MN_OP_PUNCH,         /* writer: free whole pages inside one of its slabs (split it) */
 	MN_OP_MAX = 64,      /* dispatch table size */
 };
 

@@ -214,9 +214,16 @@ static void map_rebuild(struct mn_region *r)
 		}
 		ok = rc == 1 && head && run >= 1 && run <= r->npages - p &&
 		     r->vols[vol - 1].in_use;
-		for (uint32_t i = 1; ok && i < run; i++)
+		for (uint32_t i = 1; ok && i < run; i++) {
 			ok = map_get(r, p + i, &tv, &tk, &th, &tr) == 1 && tv == vol &&
-			     tk == kind && !th;
+			     tk == kind;
+			if (ok && th) {
+				/* A punch killed after its tail got its own
+				 * head: the run ends there (mn_region_punch). */
+				run = i;
+				map_put(r, p, vol, kind, true, run);
+			}
+		}
 		if (!ok) {
 			/* A half-written allocation or free, or damage. */
 			map_put(r, p, 0, 0, false, 0);
@@ -574,6 +581,48 @@ int mn_region_seal(struct mn_region *r, int v, uint64_t off, uint64_t keep, uint
 		discard_freed_run(r, p + k, n - k);
 	}
 	*newlen = (uint64_t)k * MN_PAGE_SIZE;
+	return 0;
+}
+
+int mn_region_punch(struct mn_region *r, int v, uint64_t off, uint64_t hole, uint64_t hlen,
+		    struct mn_extent *left, struct mn_extent *right)
+{
+	uint32_t p, n, a, b;
+	uint32_t id;
+	int rc = mn_owns(r, v, MN_KIND_SLAB, off);
+
+	if (rc)
+		return rc;
+	p = (uint32_t)(off / MN_PAGE_SIZE);
+	n = r->run[p];
+	if (hole % MN_PAGE_SIZE || hlen % MN_PAGE_SIZE || !hlen || hole < off ||
+	    hole + hlen > off + (uint64_t)n * MN_PAGE_SIZE || (hole == off && hlen == (uint64_t)n * MN_PAGE_SIZE))
+		return -EINVAL;
+	a = (uint32_t)(hole / MN_PAGE_SIZE);
+	b = a + (uint32_t)(hlen / MN_PAGE_SIZE);
+	id = r->vols[v].id;
+	/* The tail's head first, then the first part's head, then the hole:
+	 * a node killed after the first step rebuilds two runs (the first
+	 * still holding the hole, which the engine punches again at open),
+	 * after the second the hole's entries are headless and dropped. */
+	if (b < p + n)
+		map_put(r, b, id, MN_KIND_SLAB, true, p + n - b);
+	if (a > p)
+		map_put(r, p, id, MN_KIND_SLAB, true, a - p);
+	for (uint32_t i = a; i < b; i++)
+		map_put(r, i, 0, 0, false, 0);
+	mn_region_sync(r, MN_MAP_OFF + (uint64_t)p * MN_MAP_ENTRY, (uint64_t)n * MN_MAP_ENTRY);
+	r->slab_pages -= b - a;
+	r->vols[v].used_slab -= (uint64_t)(b - a) * MN_PAGE_SIZE;
+	r->used_pages -= b - a;
+	for (uint32_t i = a; i < b; i++)
+		r->owner[i] = 0, r->kind[i] = 0, r->run[i] = 0;
+	r->run[p] = a > p ? a - p : 0;
+	if (b < p + n)
+		r->run[b] = p + n - b;
+	discard_freed_run(r, a, b - a);
+	*left = (struct mn_extent){ off, (uint64_t)(a - p) * MN_PAGE_SIZE };
+	*right = (struct mn_extent){ (uint64_t)b * MN_PAGE_SIZE, (uint64_t)(p + n - b) * MN_PAGE_SIZE };
 	return 0;
 }
 

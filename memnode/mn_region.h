@@ -117,6 +117,15 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
  * installed it yet (the map is written head first and rebuild drops a run
  * whose pages disagree). */
 int mn_region_seal(struct mn_region *r, int v, uint64_t off, uint64_t keep, uint64_t *newlen);
+/* Free the pages [hole, hole+hlen) (page aligned, not the whole run) of
+ * slab run off of volume v, splitting it: *left is what stays at off (len
+ * 0 if the hole starts there), *right the run after the hole (len 0 if the
+ * hole ends the run).  For the holes of a blob slab (engine/blob.c).  A
+ * node killed half way leaves the two parts, the first maybe still holding
+ * the hole (a rebuild ends a run at a head of its own volume and kind).
+ * 0, -ENOENT / -EPERM as mn_free, -EINVAL (hole). */
+int mn_region_punch(struct mn_region *r, int v, uint64_t off, uint64_t hole, uint64_t hlen,
+		    struct mn_extent *left, struct mn_extent *right);
 /* Would mn_free(r, v, kind, off) succeed?  0 or its error. */
 int mn_owns(const struct mn_region *r, int v, enum mn_kind kind, uint64_t off);
 /* The run starting at or after page *cursor that belongs to v: 0 and the run

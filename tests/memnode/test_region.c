@@ -344,3 +344,103 @@ Test(region, seal_keeps_the_table_pages_as_a_node_extent)
 	cr_assert_eq(r.used_pages, 1 + 2);
 	mn_region_close(&r);
 }
+
+/* MN_OP_PUNCH's region half: whole pages inside a slab run are freed and
+ * the run splits; the parts keep their bytes across a restart, and a node
+ * killed half way through the map writes keeps both parts (the first maybe
+ * still holding the hole: the engine punches it again at open). */
+static void put_head(uint32_t page, uint32_t vol, uint32_t run)
+{
+	uint8_t e[MN_MAP_ENTRY] = { 0 };
+
+	put_u32(e, vol);
+	e[4] = MN_KIND_SLAB;
+	e[5] = 1;
+	put_u32(e + 8, run);
+	put_u32(e + 12, crc32c(e, 12));
+	poke(MN_MAP_OFF + (off_t)page * MN_MAP_ENTRY, e, sizeof(e));
+}
+
+Test(region, punch_splits_a_slab_and_a_torn_punch_keeps_both_parts)
+{
+	const uint64_t P = MN_PAGE_SIZE;
+	struct mn_region r;
+	struct mn_extent left, right;
+	uint64_t a, b, nd, len, st, rl;
+	enum mn_kind kd;
+	int v;
+
+	cr_assert_eq(mn_region_open(&r, path, 32 << 20), 0);
+	v = mn_vol_create(&r, "v");
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 8 * P, &a, &len), 0);
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_NODE, P, &nd, &len), 0);
+	memcpy(r.base + a, "first", 5);
+	memcpy(r.base + a + 7 * P, "last", 4);
+	uint64_t used = r.used_pages;
+	/* refused: the whole run, not page aligned, outside, not a head, a
+	 * node extent */
+	cr_assert_eq(mn_region_punch(&r, v, a, a, 8 * P, &left, &right), -EINVAL);
+	cr_assert_eq(mn_region_punch(&r, v, a, a + 4096, P, &left, &right), -EINVAL);
+	cr_assert_eq(mn_region_punch(&r, v, a, a + 7 * P, 2 * P, &left, &right), -EINVAL);
+	cr_assert_eq(mn_region_punch(&r, v, a + P, a + 2 * P, P, &left, &right), -ENOENT);
+	cr_assert_eq(mn_region_punch(&r, v, nd, nd, P, &left, &right), -EPERM);
+	/* the middle: [a, a+2P) and [a+5P, a+8P) stay */
+	cr_assert_eq(mn_region_punch(&r, v, a, a + 2 * P, 3 * P, &left, &right), 0);
+	cr_assert_eq(left.off, a);
+	cr_assert_eq(left.len, 2 * P);
+	cr_assert_eq(right.off, a + 5 * P);
+	cr_assert_eq(right.len, 3 * P);
+	cr_assert_eq(r.used_pages, used - 3);
+	cr_assert_eq(r.vols[v].used_slab, 5 * P);
+	cr_assert_eq(mn_run_at(&r, v, a + 7 * P, &st, &rl, &kd), 0);
+	cr_assert_eq(st, a + 5 * P);
+	cr_assert_eq(rl, 3 * P);
+	cr_assert_eq(mn_run_at(&r, v, a + 3 * P, &st, &rl, &kd), -ENOENT);
+	/* the head of a part: the part then starts past the hole */
+	cr_assert_eq(mn_region_punch(&r, v, a + 5 * P, a + 5 * P, P, &left, &right), 0);
+	cr_assert_eq(left.len, 0);
+	cr_assert_eq(right.off, a + 6 * P);
+	cr_assert_eq(mn_owns(&r, v, MN_KIND_SLAB, a + 6 * P), 0);
+	mn_region_close(&r);
+
+	cr_assert_eq(mn_region_open(&r, path, 32 << 20), 0);
+	cr_assert_eq(r.used_pages, used - 4);
+	cr_assert_arr_eq(r.base + a, "first", 5);
+	cr_assert_arr_eq(r.base + a + 7 * P, "last", 4);
+	cr_assert_eq(mn_run_at(&r, v, a + P, &st, &rl, &kd), 0);
+	cr_assert_eq(rl, 2 * P);
+	cr_assert_eq(mn_run_at(&r, v, a + 7 * P, &st, &rl, &kd), 0);
+	cr_assert_eq(st, a + 6 * P);
+	cr_assert_eq(rl, 2 * P);
+	/* a fresh 8-page run, then a punch of [b+2P, b+5P) killed after
+	 * its first write: the tail's head is in place, the run's is not
+	 * shortened yet */
+	cr_assert_eq(mn_alloc(&r, v, MN_KIND_SLAB, 8 * P, &b, &len), 0);
+	memcpy(r.base + b, "b-first", 7);
+	memcpy(r.base + b + 7 * P, "b-last", 6);
+	used = r.used_pages;
+	mn_region_close(&r);
+	put_head((uint32_t)(b / P) + 5, (uint32_t)v + 1, 3);
+	cr_assert_eq(mn_region_open(&r, path, 32 << 20), 0);
+	cr_assert_eq(r.used_pages, used, "a part was dropped");
+	cr_assert_eq(mn_run_at(&r, v, b + 4 * P, &st, &rl, &kd), 0);
+	cr_assert_eq(st, b);
+	cr_assert_eq(rl, 5 * P, "the first part still holds the hole");
+	cr_assert_eq(mn_run_at(&r, v, b + 7 * P, &st, &rl, &kd), 0);
+	cr_assert_eq(st, b + 5 * P);
+	cr_assert_eq(rl, 3 * P);
+	cr_assert_arr_eq(r.base + b, "b-first", 7);
+	cr_assert_arr_eq(r.base + b + 7 * P, "b-last", 6);
+	/* killed after its second write: the hole's entries have no head
+	 * any more and are dropped; both parts stay */
+	mn_region_close(&r);
+	put_head((uint32_t)(b / P), (uint32_t)v + 1, 2);
+	cr_assert_eq(mn_region_open(&r, path, 32 << 20), 0);
+	cr_assert_eq(r.used_pages, used - 3);
+	cr_assert_eq(mn_run_at(&r, v, b + P, &st, &rl, &kd), 0);
+	cr_assert_eq(rl, 2 * P);
+	cr_assert_eq(mn_run_at(&r, v, b + 3 * P, &st, &rl, &kd), -ENOENT);
+	cr_assert_eq(mn_owns(&r, v, MN_KIND_SLAB, b + 5 * P), 0);
+	cr_assert_arr_eq(r.base + b + 7 * P, "b-last", 6);
+	mn_region_close(&r);
+}
