@@ -281,3 +281,83 @@ uint64_t eng_alloc_free_bytes(const struct eng_alloc *a)
 {
 	return a->free_bytes;
 }
+
+int eng_alloc_find_hole(const struct eng_alloc *a, uint64_t page, struct mn_extent *slab,
+			struct mn_extent *hole)
+{
+	uint64_t best = 0;
+
+	for (size_t j = 0; j < a->n; j++) {
+		const struct slab *s = &a->slabs[j];
+
+		for (size_t i = 0; i < s->nfree; i++) {
+			uint64_t lo = (s->free[i].off + page - 1) / page * page;
+			uint64_t hi = (s->free[i].off + s->free[i].len) / page * page;
+
+			if (hi <= lo || hi - lo <= best || (lo == s->off && hi == s->off + s->len))
+				continue;
+			best = hi - lo;
+			*slab = (struct mn_extent){ s->off, s->len };
+			*hole = (struct mn_extent){ lo, hi - lo };
+		}
+	}
+	return best ? 0 : -ENOENT;
+}
+
+int eng_alloc_cut(struct eng_alloc *a, uint64_t slab_off, uint64_t hole, uint64_t hlen)
+{
+	uint64_t hend = hole + hlen, end;
+	struct slab *s = NULL, right = { 0 };
+	struct mn_extent e;
+	size_t i, k;
+	int r;
+
+	for (k = 0; k < a->n && a->slabs[k].off != slab_off; k++)
+		;
+	if (k == a->n)
+		return -EINVAL;
+	s = &a->slabs[k];
+	end = s->off + s->len;
+	if (!hlen || hole < s->off || hend > end || (hole == s->off && hend == end))
+		return -EINVAL;
+	for (i = 0; i < s->nfree; i++)
+		if (s->free[i].off <= hole && hend <= s->free[i].off + s->free[i].len)
+			break;
+	if (i == s->nfree)
+		return -EBUSY; /* not all free */
+	if (hend < end) {
+		/* [hend, end) becomes a slab of its own: its free extents are
+		 * what lies past the hole (room for them taken first). */
+		right.off = hend;
+		right.len = end - hend;
+		right.cap = s->nfree - i + 1;
+		right.free = malloc(right.cap * sizeof(*right.free));
+		r = right.free ? eng_array_grow((void **)&a->slabs, &a->cap, a->n + 1,
+						sizeof(*a->slabs))
+			       : -ENOMEM;
+		if (r) {
+			free(right.free);
+			return r;
+		}
+		s = &a->slabs[k];
+	}
+	e = s->free[i];
+	if (right.len) {
+		if (e.off + e.len > hend)
+			right.free[right.nfree++] = (struct mn_extent){ hend, e.off + e.len - hend };
+		for (size_t j = i + 1; j < s->nfree; j++)
+			right.free[right.nfree++] = s->free[j];
+	}
+	s->nfree = i;
+	if (e.off < hole)
+		s->free[s->nfree++] = (struct mn_extent){ e.off, hole - e.off };
+	s->len = hole - s->off;
+	a->free_bytes -= hlen;
+	if (!s->len) {
+		free(s->free);
+		a->slabs[k] = right; /* the hole started the slab */
+	} else if (right.len) {
+		a->slabs[a->n++] = right;
+	}
+	return 0;
+}

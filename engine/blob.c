@@ -40,6 +40,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "engine/eng_int.h"
+#include "memnode/mn_proto.h" /* MN_PAGE_SIZE: what a punch frees */
 
 #define BLOB_RELEASE_US 1000000u /* pending frees older than this: tick syncs */
 #define BLOB_ALIGN 64u
@@ -131,6 +132,8 @@ static int grow(struct eng_db *db, uint64_t need)
 		}
 	}
 	r = mn_alloc_slab(db->mc, want, &slab);
+	if (r == -ENOSPC && want > need)
+		r = mn_alloc_slab(db->mc, need, &slab); /* free space in pieces (punched holes) */
 	if (r) {
 		pthread_mutex_unlock(&db->man_mu);
 		return r;
@@ -253,6 +256,7 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 	pthread_mutex_unlock(&db->blob_mu);
 	if (r)
 		goto out;
+	pthread_rwlock_rdlock(&db->blob_io);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		size_t posted = 0;
 
@@ -276,6 +280,7 @@ int eng_blob_put(eng_db *db, size_t n, const void *const *data, const size_t *le
 		if (!r || !eng_io_transient(r))
 			break;
 	}
+	pthread_rwlock_unlock(&db->blob_io);
 	if (r) {
 		uncarve(db, n, len, out); /* never referenced: straight back */
 		goto out;
@@ -370,9 +375,11 @@ int eng_blob_write_at(eng_db *db, const struct eng_blob *b, const void *data,
 	pthread_mutex_unlock(&db->blob_mu);
 	if (r)
 		return r;
+	pthread_rwlock_rdlock(&db->blob_io);
 	r = mn_write(db->mc, b->off, data, b->len);
 	if (r && eng_io_transient(r))
 		r = mn_write(db->mc, b->off, data, b->len);
+	pthread_rwlock_unlock(&db->blob_io);
 	if (r)
 		return r;
 	*out = *b;
@@ -396,9 +403,11 @@ int eng_blob_get(eng_db *db, const struct eng_blob *b, void *buf)
 			db->o.volume, b->node, b->len, ENG_BLOB_MAX);
 		return -DKV_E_CORRUPT;
 	}
+	pthread_rwlock_rdlock(&db->blob_io);
 	r = mn_read(db->mc, b->off, buf, b->len);
 	if (r && eng_io_transient(r))
 		r = mn_read(db->mc, b->off, buf, b->len);
+	pthread_rwlock_unlock(&db->blob_io);
 	if (r == -DKV_E_GRANT)
 		r = -DKV_E_CORRUPT; /* not an extent of this volume (any more) */
 	if (r)
@@ -498,6 +507,109 @@ static void trim(struct eng_db *db)
 	}
 }
 
+/* Slab old (at slab_list index si) is now [old.off, hole) and
+ * [hole_end, old end), each absent when empty; room for one more entry was
+ * made.  Both blob_mu and man_mu held. */
+static void split_slab(struct eng_db *db, size_t si, uint64_t hole, uint64_t hend)
+{
+	const struct mn_extent old = db->bslabs[si];
+	const uint64_t end = old.off + old.len;
+	bool left = hole > old.off, right = hend < end;
+
+	if (left)
+		db->bslabs[si].len = hole - old.off;
+	if (right && left)
+		db->bslabs[db->nbslabs++] = (struct mn_extent){ hend, end - hend };
+	else if (right)
+		db->bslabs[si] = (struct mn_extent){ hend, end - hend };
+	for (size_t i = 0, n = db->nbdirty; i < n; i++) {
+		if (db->bdirty[i] != old.off)
+			continue;
+		if (!left)
+			db->bdirty[i] = hend; /* sync what follows the hole too */
+		else if (right)
+			mark_dirty(db, hend);
+	}
+}
+
+/* Give the node back the whole free pages inside blob slabs, beyond one
+ * slab's worth of free blob space kept for new file data: a slab split
+ * around its hole, logged first (a free of the slab and an add of each
+ * part, one edit), then punched on the node (mn_punch).  A crash in
+ * between leaves the node's run whole: the next open punches it
+ * (engine/open.c).  Up to BLOB_PUNCH_MAX holes a call; only once every
+ * slab's free space is known (eng_blob_recover).  blob_mu held. */
+#define BLOB_PUNCH_MAX 16
+static void punch(struct eng_db *db)
+{
+	const uint64_t keep = db->o.slab_size;
+
+	for (int k = 0; k < BLOB_PUNCH_MAX && db->blob_recovered && !db->no_punch; k++) {
+		uint64_t fr = eng_alloc_free_bytes(db->balloc);
+		struct mn_extent slab, hole;
+		struct eng_edit e = { 0 };
+		size_t si;
+		bool unsure;
+		int r;
+
+		if (fr <= keep + MN_PAGE_SIZE ||
+		    eng_alloc_find_hole(db->balloc, MN_PAGE_SIZE, &slab, &hole) ||
+		    !slab_of(db, slab.off, &si) || db->bslabs[si].off != slab.off)
+			return;
+		if (hole.len > fr - keep)
+			hole.len = (fr - keep) / MN_PAGE_SIZE * MN_PAGE_SIZE;
+		/* Taken out of the allocator first: whatever follows, no
+		 * file data goes into the hole any more. */
+		if (eng_array_grow((void **)&db->bslabs, &db->bslabs_cap, db->nbslabs + 1,
+				   sizeof(*db->bslabs)) ||
+		    eng_alloc_cut(db->balloc, slab.off, hole.off, hole.len))
+			return;
+		pthread_mutex_lock(&db->man_mu);
+		r = eng_edit_free_bslab(&e, slab.off, slab.len);
+		if (!r && hole.off > slab.off)
+			r = eng_edit_add_bslab(&e, slab.off, hole.off - slab.off);
+		if (!r && hole.off + hole.len < slab.off + slab.len)
+			r = eng_edit_add_bslab(&e, hole.off + hole.len,
+					       slab.off + slab.len - hole.off - hole.len);
+		if (!r)
+			r = eng_manifest_log(db, &e);
+		unsure = e.unsure;
+		eng_edit_release(&e);
+		if (r && !unsure) {
+			/* Not logged: the slab stays whole in the manifest and
+			 * the hole unused until the next open. */
+			pthread_mutex_unlock(&db->man_mu);
+			return;
+		}
+		split_slab(db, si, hole.off, hole.off + hole.len);
+		pthread_mutex_unlock(&db->man_mu);
+		if (unsure || atomic_load(&db->test_punch_skip_node))
+			return; /* maybe logged: the next open punches it */
+		pthread_rwlock_wrlock(&db->blob_io);
+		r = mn_punch(db->mc, slab.off, hole.off, hole.len);
+		pthread_rwlock_unlock(&db->blob_io);
+		if (r == -EOPNOTSUPP) {
+			db->no_punch = true;
+			dkv_warn("volume %s: the memory node cannot free pages inside a slab (an "
+				 "older node); freed file data comes back only as whole slabs",
+				 db->o.volume);
+			return;
+		}
+		if (r) {
+			dkv_warn("volume %s: could not return %llu MiB of freed file data to the "
+				 "node (%s); the next mount does",
+				 db->o.volume, (unsigned long long)(hole.len >> 20), dkv_strerror(r));
+			return;
+		}
+		atomic_fetch_add_explicit(&db->st_blob_punches, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&db->st_blob_punched_bytes, hole.len,
+					  memory_order_relaxed);
+		pthread_mutex_lock(&db->man_mu);
+		eng_space_check(db);
+		pthread_mutex_unlock(&db->man_mu);
+	}
+}
+
 void eng_blob_release_locked(struct eng_db *db)
 {
 	struct mn_extent *p = db->bpend;
@@ -515,6 +627,7 @@ void eng_blob_release_locked(struct eng_db *db)
 		eng_alloc_put(db->balloc, p[i].off, p[i].len);
 	free(p);
 	trim(db);
+	punch(db);
 }
 
 void eng_blob_release(struct eng_db *db)
@@ -562,6 +675,10 @@ void eng_blob_tick(struct eng_db *db)
 	pthread_mutex_unlock(&db->blob_mu);
 	if (due && eng_wal_sync(db) == 0)
 		eng_blob_release(db);
+	/* holes left over by the last release's BLOB_PUNCH_MAX */
+	pthread_mutex_lock(&db->blob_mu);
+	punch(db);
+	pthread_mutex_unlock(&db->blob_mu);
 }
 
 static int cmp_blob(const void *a, const void *b)
@@ -632,6 +749,7 @@ int eng_blob_recover(eng_db *db, const struct eng_blob *live, size_t n)
 		dkv_info("volume %s: %zu file-data extents live in %zu slabs, %llu MiB free there",
 			 db->o.volume, n, db->nbslabs_old, (unsigned long long)(freed >> 20));
 	trim(db);
+	punch(db);
 out:
 	pthread_mutex_unlock(&db->blob_mu);
 	free(v);

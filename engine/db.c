@@ -847,6 +847,8 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->blob_frees = LD(st_blob_frees);
 	st->blob_copies = LD(st_blob_copies);
 	st->blob_copy_bytes = LD(st_blob_copy_bytes);
+	st->blob_punches = LD(st_blob_punches);
+	st->blob_punched_bytes = LD(st_blob_punched_bytes);
 	{
 		uint64_t sb, fb;
 

@@ -178,6 +178,7 @@ struct eng_stats {
 	uint64_t blob_live_bytes;             /* of which carved (live or pending) */
 	uint64_t blob_frees_pending;          /* freed, waiting for the next sync */
 	uint64_t blob_copies, blob_copy_bytes; /* extents copied on the node (eng_blob_copy) */
+	uint64_t blob_punches, blob_punched_bytes; /* free pages inside blob slabs given back */
 };
 int eng_stats(eng_db *db, struct eng_stats *st);
 /* ---- file-data extents (engine/blob.c; docs/engine.md "Extents") ----

@@ -291,6 +291,15 @@ uint64_t eng_alloc_free_bytes(const struct eng_alloc *a);
  * free without it: 0 and *out, or -ENOENT. */
 int eng_alloc_take_empty(struct eng_alloc *a, uint64_t keep_free, struct mn_extent *out);
 bool eng_alloc_owns(const struct eng_alloc *a, uint64_t off);
+/* The largest run of whole pages (page-aligned) free in one slab that is
+ * not the whole slab: 0 and the slab and the run, or -ENOENT. */
+int eng_alloc_find_hole(const struct eng_alloc *a, uint64_t page, struct mn_extent *slab,
+			struct mn_extent *hole);
+/* Take the free [hole, hole+hlen) out of slab slab_off, splitting it: the
+ * slab becomes [slab_off, hole) and [hole+hlen, end), each dropped when
+ * empty.  -EINVAL (no such slab, or the hole is all of it), -EBUSY (not
+ * all free), -ENOMEM (nothing changed). */
+int eng_alloc_cut(struct eng_alloc *a, uint64_t slab_off, uint64_t hole, uint64_t hlen);
 
 /* ---------------------------------------------------------------- WAL */
 
@@ -452,6 +461,12 @@ struct eng_db {
 	uint64_t bpend_since_us;        /* blob_mu; when the oldest pending free came */
 	_Atomic uint64_t st_blob_puts, st_blob_put_bytes, st_blob_gets, st_blob_frees;
 	_Atomic uint64_t st_blob_copies, st_blob_copy_bytes; /* copied on the node */
+	/* Blob reads and writes hold it shared, a punch (which revokes the
+	 * slab's grant) exclusive; taken without blob_mu, or after it. */
+	pthread_rwlock_t blob_io;
+	bool no_punch;                  /* blob_mu; the node has no PUNCH */
+	_Atomic uint64_t st_blob_punches, st_blob_punched_bytes;
+	atomic_bool test_punch_skip_node; /* tests: log punches, leave the node's pages */
 };
 
 /* engine/blob.c.  init: at open, old = the blob slabs the manifest names

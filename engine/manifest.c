@@ -315,7 +315,10 @@ static int edit_fold(struct eng_edit *s, const struct eng_edit *d)
 		r = push((void **)&s->bslabs, &s->nbslabs, sizeof(s->bslabs[0]), &d->bslabs[i]);
 	for (size_t i = 0; i < d->nbslab_frees; i++) {
 		for (size_t j = 0; j < s->nbslabs; j++) {
-			if (s->bslabs[j].off == d->bslab_frees[i].off) {
+			/* off and len: a punched slab's first part keeps
+			 * its offset (engine/blob.c punch) */
+			if (s->bslabs[j].off == d->bslab_frees[i].off &&
+			    s->bslabs[j].len == d->bslab_frees[i].len) {
 				s->bslabs[j] = s->bslabs[--s->nbslabs];
 				break;
 			}

@@ -49,6 +49,54 @@ static bool extent_known(struct eng_db *db, const struct eng_version *v, uint64_
 	return false;
 }
 
+static int cmp_ext(const void *a, const void *b)
+{
+	const struct mn_extent *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* A node run holding blob slabs of the manifest without being exactly one:
+ * a punch (engine/blob.c) logged but not done on the node, or done only
+ * part way.  Punch the pages between those slabs now.  1 if the run held
+ * any (it is not an orphan), else 0. */
+static int finish_punches(struct eng_db *db, const struct mn_extent *run)
+{
+	struct mn_extent in[64];
+	uint64_t start = run->off, pos = run->off, end = run->off + run->len;
+	size_t k = 0;
+
+	for (size_t i = 0; i < db->nbslabs && k < 64; i++)
+		if (db->bslabs[i].off >= run->off && db->bslabs[i].off < end)
+			in[k++] = db->bslabs[i];
+	if (!k)
+		return 0;
+	if (k == 1 && in[0].off == run->off && in[0].len == run->len)
+		return 1;
+	qsort(in, k, sizeof(*in), cmp_ext);
+	for (size_t i = 0; i <= k; i++) {
+		uint64_t next = i < k ? in[i].off : end;
+		int r = 0;
+
+		if (next > pos) {
+			dkv_info("volume %s: freeing %llu MiB between file-data slabs (a punch "
+				 "cut short)",
+				 db->o.volume, (unsigned long long)((next - pos) >> 20));
+			r = mn_punch(db->mc, start, pos, next - pos);
+			if (r) {
+				dkv_warn("volume %s: could not free them (%s); the next mount tries "
+					 "again",
+					 db->o.volume, dkv_strerror(r));
+				return 1;
+			}
+			start = next; /* what follows the hole is a run of its own */
+		}
+		if (i < k)
+			pos = in[i].off + in[i].len;
+	}
+	return 1;
+}
+
 static void free_orphans(struct eng_db *db)
 {
 	struct mn_extent *ex = NULL;
@@ -57,7 +105,8 @@ static void free_orphans(struct eng_db *db)
 	if (mn_list_extents(db->mc, &ex, &n))
 		return;
 	for (size_t i = 0; i < n; i++) {
-		if (extent_known(db, db->current, ex[i].off) || eng_pack_adopt(db, &ex[i]))
+		if (finish_punches(db, &ex[i]) || extent_known(db, db->current, ex[i].off) ||
+		    eng_pack_adopt(db, &ex[i]))
 			continue;
 		dkv_info("freeing orphan extent at %llu (%llu bytes)",
 			 (unsigned long long)ex[i].off, (unsigned long long)ex[i].len);
@@ -211,6 +260,15 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->free_mu, NULL);
 	pthread_mutex_init(&db->reclaim_mu, NULL);
 	pthread_mutex_init(&db->blob_mu, NULL);
+	{
+		/* a punch waits for the reads in flight, not for a stream of them */
+		pthread_rwlockattr_t ra;
+
+		pthread_rwlockattr_init(&ra);
+		pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+		pthread_rwlock_init(&db->blob_io, &ra);
+		pthread_rwlockattr_destroy(&ra);
+	}
 	eng_cond_init(&db->flush_cv);
 	eng_cond_init(&db->done_cv);
 	db->snaps.next = db->snaps.prev = &db->snaps;
@@ -379,6 +437,7 @@ int eng_close(eng_db *db)
 	pthread_mutex_destroy(&db->free_mu);
 	pthread_mutex_destroy(&db->reclaim_mu);
 	pthread_mutex_destroy(&db->blob_mu);
+	pthread_rwlock_destroy(&db->blob_io);
 	pthread_cond_destroy(&db->flush_cv);
 	pthread_cond_destroy(&db->done_cv);
 	free(db);

@@ -152,7 +152,8 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		"\nextent_reads: %" PRIu64 "\nextent_frees: %" PRIu64
 		"\nextent_frees_pending: %" PRIu64 "\nextent_slabs: %" PRIu64
 		"\nextent_slab_bytes: %" PRIu64 "\nextent_live_bytes: %" PRIu64
-		"\nextent_copies: %" PRIu64 "\nextent_copy_bytes: %" PRIu64 "\n",
+		"\nextent_copies: %" PRIu64 "\nextent_copy_bytes: %" PRIu64
+		"\nextent_punches: %" PRIu64 "\nextent_punched_bytes: %" PRIu64 "\n",
 		s.puts, s.deletes, s.gets, s.get_hits, s.iter_seeks, s.batches, s.user_bytes_written,
 		s.net_bytes_sent, s.net_bytes_recv, s.remote_reads, s.remote_read_bytes,
 		s.lookup_remote_reads, s.lookup_remote_read_bytes, s.flushes, s.flush_bytes,
@@ -164,7 +165,8 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used, s.node_down,
 		s.node_downs, s.node_fast_fails, s.blob_puts, s.blob_put_bytes, s.blob_gets,
 		s.blob_frees, s.blob_frees_pending, s.blob_slabs, s.blob_slab_bytes,
-		s.blob_live_bytes, s.blob_copies, s.blob_copy_bytes);
+		s.blob_live_bytes, s.blob_copies, s.blob_copy_bytes, s.blob_punches,
+		s.blob_punched_bytes);
 	if (n < 0)
 		return 0;
 	return (size_t)n < cap ? (size_t)n : cap - 1;
