@@ -841,6 +841,7 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->tables_repacked = LD(st_tables_repacked);
 	st->tables_in_place = LD(st_tables_in_place);
 	st->space_low = atomic_load(&db->space_low);
+	st->space_low_events = LD(st_space_low_events);
 	st->blob_puts = LD(st_blob_puts);
 	st->blob_put_bytes = LD(st_blob_put_bytes);
 	st->blob_gets = LD(st_blob_gets);

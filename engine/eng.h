@@ -163,6 +163,7 @@ struct eng_stats {
 	uint64_t tables_repacked;         /* ... of them, left in slab space first (node was full) */
 	uint64_t tables_in_place;         /* tables read in place, not by READ (local node) */
 	uint64_t space_low;               /* 1: the node is below the reserve (volume full) */
+	uint64_t space_low_events;        /* ... how often it became so */
 	uint64_t memtable_bytes, immutables;
 	uint64_t tables, table_bytes, live_keys_estimate;
 	uint64_t tables_per_level[8];

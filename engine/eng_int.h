@@ -375,6 +375,7 @@ struct eng_db {
 	 * with -ENOSPC up front, so deletes, flushes and compaction still find
 	 * room and deleting data frees space again (eng_space_check). */
 	atomic_bool space_low;
+	_Atomic uint64_t st_space_low_events; /* space_low false -> true */
 	/* node free bytes at the last check (0 when an allocation failed):
 	 * below reserve / 2 only batches that delete something are taken, so
 	 * a stream of small puts cannot eat the room deletes need */

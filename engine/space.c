@@ -155,15 +155,17 @@ static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
 	atomic_store(&db->space_free, free_bytes);
 	if (atomic_exchange(&db->space_low, low) == low)
 		return;
-	if (low)
+	if (low) {
+		atomic_fetch_add(&db->st_space_low_events, 1);
 		dkv_warn("volume %s is full: %llu MiB free on the memory node, under the %llu MiB "
 			 "kept for deletes, flushes and compaction; large writes fail with ENOSPC "
 			 "until files are deleted",
 			 db->o.volume, (unsigned long long)(free_bytes >> 20),
 			 (unsigned long long)(db->reserve >> 20));
-	else
+	} else {
 		dkv_info("volume %s has room again (%llu MiB free on the memory node)",
 			 db->o.volume, (unsigned long long)(free_bytes >> 20));
+	}
 }
 
 void eng_space_check(struct eng_db *db)
@@ -216,7 +218,7 @@ int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t 
 	if (r == -ENOSPC && want > len)
 		r = mn_alloc_slab(db->mc, len, &slab); /* a smaller slab may still fit */
 	if (r == -ENOSPC)
-		set_space_low(db, true, 0);
+		eng_space_check(db); /* full, or only no run of len in one piece */
 	if (r)
 		return r;
 	r = eng_array_grow((void **)&db->slabs, &db->slabs_cap, db->nslabs + 1,

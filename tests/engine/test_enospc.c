@@ -487,6 +487,55 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
 	tnode_stop(&node);
 }
 
+/* Free node pages that are not next to each other are free space, not a
+ * full volume: a flush that cannot have its 2 MiB in one run (and halves
+ * to pieces) must not make the volume look full.  It did: the failed
+ * allocation marked the volume full with 0 bytes free, and for up to
+ * 100 ms every batch of puts got ENOSPC (a mount that had punched the holes
+ * large files left took 7,474 small files where 26,140 fit).  Another
+ * volume takes every page, then gives back every other one. */
+#define NAPART 12000
+Test(enospc, free_pages_apart_do_not_make_the_volume_full, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct mn_client *c;
+	static struct mn_extent slabs[FILL_MAX];
+	static uint32_t tags[NAPART];
+	unsigned ns, freed = 0;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 2u << 20;
+	o.slab_size = 1u << 20;
+	o.compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	filler_fill(&node, &c, slabs, &ns);
+	for (unsigned i = 0; i < ns; i += 2, freed++)
+		cr_assert_eq(mn_free_slab(c, slabs[i].off), 0);
+	cr_assert_geq(freed, 20, "only %u pages freed", freed);
+	for (unsigned i = 0; i < NAPART; i++) {
+		char k[32], v[1200];
+		int r;
+
+		tags[i] = i + 3;
+		r = eng_put(db, NULL, k, tkey(k, sizeof(k), i), v, tval(v, sizeof(v), tags[i], 1000));
+		cr_assert_eq(r, 0, "put %u of %u failed (%s) with %u MiB free in single pages", i,
+			     NAPART, dkv_strerror(r), freed);
+	}
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.space_low_events, 0, "the volume was marked full %llu times",
+		     (unsigned long long)st.space_low_events);
+	cr_assert_gt(st.flushes, 2);
+	check_all(db, tags, NAPART);
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(c);
+	tnode_stop(&node);
+}
+
 /* A memtable smaller than a node page asks for its own size, so a hole in
  * the volume's slabs that holds it will do when the node has no page left.
  * (It asked a whole 1 MiB, which no hole in a 1 MiB slab holds, and failed
