@@ -361,3 +361,18 @@ int eng_alloc_cut(struct eng_alloc *a, uint64_t slab_off, uint64_t hole, uint64_
 	}
 	return 0;
 }
+
+size_t eng_alloc_free_list(const struct eng_alloc *a, uint64_t min, struct mn_extent *out,
+			   size_t max)
+{
+	size_t n = 0;
+
+	for (size_t j = 0; j < a->n; j++)
+		for (size_t i = 0; i < a->slabs[j].nfree; i++)
+			if (a->slabs[j].free[i].len >= min) {
+				if (n < max)
+					out[n] = a->slabs[j].free[i];
+				n++;
+			}
+	return n;
+}

@@ -714,6 +714,7 @@ static void *comp_main(void *arg)
 				eng_flush_deletes(db);
 				eng_blob_tick(db);
 				eng_pack_sweep(db);
+				eng_space_sweep(db);
 				pthread_mutex_lock(&c->mu);
 				c->work = true;
 			}

@@ -300,6 +300,10 @@ int eng_alloc_find_hole(const struct eng_alloc *a, uint64_t page, struct mn_exte
  * empty.  -EINVAL (no such slab, or the hole is all of it), -EBUSY (not
  * all free), -ENOMEM (nothing changed). */
 int eng_alloc_cut(struct eng_alloc *a, uint64_t slab_off, uint64_t hole, uint64_t hlen);
+/* The free extents of at least min bytes, up to max of them in out;
+ * returns how many there are. */
+size_t eng_alloc_free_list(const struct eng_alloc *a, uint64_t min, struct mn_extent *out,
+			   size_t max);
 
 /* ---------------------------------------------------------------- WAL */
 
@@ -376,6 +380,8 @@ struct eng_db {
 	 * room and deleting data frees space again (eng_space_check). */
 	atomic_bool space_low;
 	_Atomic uint64_t st_space_low_events; /* space_low false -> true */
+	uint64_t sweep_seen, sweep_done;      /* compaction thread: activity marks */
+	uint64_t sweep_since_us;              /* ... and since when it has not moved */
 	/* node free bytes at the last check (0 when an allocation failed):
 	 * below reserve / 2 only batches that delete something are taken, so
 	 * a stream of small puts cannot eat the room deletes need */
@@ -592,6 +598,10 @@ void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n);
  * worth of free space), each logged as freed before mn_free_slab.  Caller
  * holds man_mu and is not inside a manifest operation. */
 void eng_space_trim(struct eng_db *db);
+/* The compaction thread's idle tick: once the volume has been quiet for a
+ * few seconds after writing, discard every free extent of its table and
+ * blob slabs (engine/space.c). */
+void eng_space_sweep(struct eng_db *db);
 /* The same, keeping no free slab: the cleaner on a full volume (the node's
  * free space is what file data and the full check count). */
 void eng_space_trim_all(struct eng_db *db);

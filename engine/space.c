@@ -48,6 +48,56 @@ void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n)
 	free(big);
 }
 
+/* Free slab space still holds memory on the node when it was never freed
+ * as such: space carved and given back in pieces under ENG_DISCARD_MIN,
+ * and, on a file-backed node, blocks the file system allocated around
+ * written data (a large page-cache folio of the backing file, up to 2 MiB,
+ * dirtied by one record is written back whole).  So once the volume has
+ * been quiet for SWEEP_QUIET_US after anything changed (writes, flushes,
+ * compactions), every free extent of its slabs is discarded, under the lock
+ * its allocator is carved under, so nothing is written there meanwhile. */
+#define SWEEP_QUIET_US (5ull * 1000000u)
+#define SWEEP_MAX 1024
+
+static void sweep_alloc(struct eng_db *db, struct eng_alloc *a, struct mn_extent *ex)
+{
+	size_t n = eng_alloc_free_list(a, ENG_DISCARD_MIN, ex, SWEEP_MAX);
+
+	eng_space_discard(db, ex, n < SWEEP_MAX ? n : SWEEP_MAX);
+}
+
+void eng_space_sweep(struct eng_db *db)
+{
+	uint64_t mark = atomic_load(&db->last_seq) + atomic_load(&db->st_flushes) +
+			atomic_load(&db->st_compactions) + atomic_load(&db->st_gc_rewrites) +
+			atomic_load(&db->st_blob_frees);
+	uint64_t now = eng_now_us();
+	struct mn_extent *ex;
+
+	if (db->read_only)
+		return;
+	if (mark != db->sweep_seen) {
+		db->sweep_seen = mark;
+		db->sweep_since_us = now;
+		return;
+	}
+	if (mark == db->sweep_done || now - db->sweep_since_us < SWEEP_QUIET_US)
+		return;
+	db->sweep_done = mark;
+	ex = malloc(SWEEP_MAX * sizeof(*ex));
+	if (!ex)
+		return;
+	pthread_mutex_lock(&db->blob_mu);
+	if (db->balloc)
+		sweep_alloc(db, db->balloc, ex);
+	pthread_mutex_unlock(&db->blob_mu);
+	pthread_mutex_lock(&db->man_mu);
+	eng_space_drain(db);
+	sweep_alloc(db, db->alloc, ex);
+	pthread_mutex_unlock(&db->man_mu);
+	free(ex);
+}
+
 void eng_space_drain(struct eng_db *db)
 {
 	struct eng_edit_table *p;
@@ -66,8 +116,12 @@ void eng_space_drain(struct eng_db *db)
 	node = calloc(n, sizeof(*node));
 	/* Slab pieces: discarded first (done before they can be reused), then
 	 * back to the allocator.  Node extents: freed by the node. */
+	/* pages first: slab space before it is reused, and a dead table's
+	 * bytes in a packed run, which stay allocated until its last table
+	 * goes (the node never writes there again) */
 	for (size_t i = 0; i < n && node; i++)
-		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+		if ((p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off)) ||
+		    p[i].owner == ENG_TABLE_PACKED)
 			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
 	eng_space_discard(db, node, nn);
 	nn = 0;

@@ -66,6 +66,23 @@ static int pack_place(struct mn_server *s, int v, uint64_t len, uint64_t *dst)
 	return 0;
 }
 
+/* The run's unfilled tail holds nothing, but a file-backed node's backing
+ * file may have blocks there: writing a table dirties the page-cache folio
+ * around it (up to 2 MiB), and its writeback (the sync just done) gives the
+ * file blocks of zeros past the table.  Discard them, from where the run is
+ * filled now (under the lock: a later PACK's table is never cut). */
+static void pack_discard_tail(struct mn_server *s, int v, uint64_t run)
+{
+	struct mn_volstate *vs = &s->vs[v];
+
+	if (!s->rg.file_backed)
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (vs->pack_len && vs->pack_off == run && vs->pack_fill < vs->pack_len)
+		mn_region_discard(&s->rg, v, run + vs->pack_fill, vs->pack_len - vs->pack_fill);
+	pthread_mutex_unlock(&s->lock);
+}
+
 void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		const uint8_t *req, size_t len)
 {
@@ -97,6 +114,8 @@ void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 	pthread_mutex_unlock(&s->lock);
 	if (!rc)
 		rc = mn_sync_counted(s, dst, l);
+	if (!rc)
+		pack_discard_tail(s, mc->vol, run_off);
 	if (rc)
 		return rpc_reply(call, rc, NULL, 0); /* a copy made stays unused: freed with its run */
 	put_u64(rep, dst);

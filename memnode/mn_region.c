@@ -642,7 +642,13 @@ int mn_region_discard(struct mn_region *r, int v, uint64_t off, uint64_t len)
 	uint64_t start, end;
 	int rc = mn_region_in_slabs(r, v, off, len);
 
-	if (rc)
+	/* or in v's node extents (dead tables of a packed run, its unfilled
+	 * tail) */
+	for (uint64_t p = off / MN_PAGE_SIZE; rc == -EPERM && p <= (off + len - 1) / MN_PAGE_SIZE;
+	     p++)
+		if (r->owner[p] != r->vols[v].id)
+			return -EPERM;
+	if (rc && rc != -EPERM)
 		return rc;
 	start = (off + MN_OS_PAGE - 1) & ~(uint64_t)(MN_OS_PAGE - 1);
 	end = (off + len) & ~(uint64_t)(MN_OS_PAGE - 1);

@@ -88,10 +88,11 @@ bool mn_vol_name_ok(const char *name, size_t len);
 int mn_alloc(struct mn_region *r, int v, enum mn_kind kind, uint64_t len, uint64_t *off,
 	     uint64_t *alen);
 /* Return the pages inside [off, off+len) (aligned inwards to MN_OS_PAGE) to
- * the OS: they read as zeros afterwards.  The whole range must lie in slabs
- * of volume index v (the compute node carves slabs and discards what it
- * freed in them before reusing it).  0, -EINVAL (range), -EPERM (not v's
- * slab space), or -errno of madvise/fallocate. */
+ * the OS: they read as zeros afterwards.  The whole range must be volume
+ * index v's: its slabs (the compute node carves them and discards what it
+ * freed in them before reusing it) or its node extents (a packed run's
+ * dead tables and unfilled tail, which nothing writes again).  0, -EINVAL
+ * (range), -EPERM (not v's), or -errno of madvise/fallocate. */
 #define MN_OS_PAGE 4096u
 /* Largest page-cache folio a free also clears around its run (PMD size). */
 #define MN_FOLIO_MAX (2u << 20)

@@ -459,3 +459,36 @@ Test(blob, reads_over_tcp_never_fail_while_holes_are_punched, .timeout = 120)
 	tnode_stop(&node);
 	free(a);
 }
+
+/* A quiet volume discards its free slab space (engine/space.c sweep): once
+ * nothing has changed for 5 s, every free extent of 64 KiB or more in the
+ * table and blob slabs goes to MN_OP_DISCARD, once per quiet spell; a write
+ * starts a new spell. */
+Test(blob, a_quiet_volume_discards_its_free_slab_space, .timeout = 60)
+{
+	struct tnode node;
+	uint8_t *a = malloc(BLEN);
+	const void *d = a;
+	size_t len = BLEN;
+	struct eng_blob p;
+	eng_db *db;
+
+	fill(a, BLEN, 7);
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	db = open_db(&node);
+	cr_assert_eq(eng_blob_put(db, 1, &d, &len, &p), 0);
+	cr_assert_eq(eng_put(db, NULL, "k", 1, "v", 1), 0);
+	uint64_t d0 = stats(db).discards;
+	sleep(8 * test_time_scale());
+	uint64_t d1 = stats(db).discards;
+	cr_assert_gt(d1, d0, "no sweep in 8 s of quiet (%llu discards)", (unsigned long long)d1);
+	sleep(3);
+	cr_assert_eq(stats(db).discards, d1, "swept again with nothing changed");
+	cr_assert_eq(eng_put(db, NULL, "k2", 2, "v", 1), 0);
+	sleep(8 * test_time_scale());
+	cr_assert_gt(stats(db).discards, d1, "no sweep after the next write");
+	cr_assert_eq(eng_blob_get(db, &p, a), 0, "the sweep hurt a live extent");
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	free(a);
+}
