@@ -376,3 +376,53 @@ size_t eng_alloc_free_list(const struct eng_alloc *a, uint64_t min, struct mn_ex
 			}
 	return n;
 }
+
+int eng_alloc_uncut(struct eng_alloc *a, uint64_t slab_off, uint64_t slab_len, uint64_t hole,
+		    uint64_t hlen)
+{
+	const uint64_t hend = hole + hlen, end = slab_off + slab_len;
+	size_t li = SIZE_MAX, ri = SIZE_MAX, nl = 0, nr = 0, m = 0;
+	struct mn_extent *f;
+
+	for (size_t k = 0; k < a->n; k++) {
+		if (hole > slab_off && a->slabs[k].off == slab_off &&
+		    a->slabs[k].len == hole - slab_off)
+			li = k;
+		if (hend < end && a->slabs[k].off == hend && a->slabs[k].len == end - hend)
+			ri = k;
+	}
+	if ((hole > slab_off && li == SIZE_MAX) || (hend < end && ri == SIZE_MAX) ||
+	    (li == SIZE_MAX && ri == SIZE_MAX))
+		return -EINVAL;
+	nl = li != SIZE_MAX ? a->slabs[li].nfree : 0;
+	nr = ri != SIZE_MAX ? a->slabs[ri].nfree : 0;
+	f = malloc((nl + nr + 1) * sizeof(*f));
+	if (!f)
+		return -ENOMEM; /* the hole stays out: safe, only unused */
+	for (size_t i = 0; i < nl; i++)
+		f[m++] = a->slabs[li].free[i];
+	if (m && f[m - 1].off + f[m - 1].len == hole)
+		f[m - 1].len += hlen;
+	else
+		f[m++] = (struct mn_extent){ hole, hlen };
+	for (size_t i = 0; i < nr; i++) {
+		struct mn_extent e = a->slabs[ri].free[i];
+
+		if (f[m - 1].off + f[m - 1].len == e.off)
+			f[m - 1].len += e.len;
+		else
+			f[m++] = e;
+	}
+	struct slab merged = { slab_off, slab_len, f, m, nl + nr + 1 };
+	size_t keep = li != SIZE_MAX ? li : ri;
+
+	if (li != SIZE_MAX)
+		free(a->slabs[li].free);
+	if (ri != SIZE_MAX)
+		free(a->slabs[ri].free);
+	a->slabs[keep] = merged;
+	if (li != SIZE_MAX && ri != SIZE_MAX)
+		a->slabs[ri] = a->slabs[--a->n]; /* may move merged itself: fine */
+	a->free_bytes += hlen;
+	return 0;
+}

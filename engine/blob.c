@@ -576,9 +576,14 @@ static void punch(struct eng_db *db)
 		unsure = e.unsure;
 		eng_edit_release(&e);
 		if (r && !unsure) {
-			/* Not logged: the slab stays whole in the manifest and
-			 * the hole unused until the next open. */
+			/* Not logged: the slab stays whole, as in the manifest
+			 * (if even that fails, the hole stays unused until the
+			 * next open, which is only a leak). */
 			pthread_mutex_unlock(&db->man_mu);
+			if (eng_alloc_uncut(db->balloc, slab.off, slab.len, hole.off, hole.len))
+				dkv_warn("volume %s: %llu MiB of free file-data space stay unused "
+					 "until the next mount",
+					 db->o.volume, (unsigned long long)(hole.len >> 20));
 			return;
 		}
 		split_slab(db, si, hole.off, hole.off + hole.len);

@@ -300,6 +300,11 @@ int eng_alloc_find_hole(const struct eng_alloc *a, uint64_t page, struct mn_exte
  * empty.  -EINVAL (no such slab, or the hole is all of it), -EBUSY (not
  * all free), -ENOMEM (nothing changed). */
 int eng_alloc_cut(struct eng_alloc *a, uint64_t slab_off, uint64_t hole, uint64_t hlen);
+/* Undo eng_alloc_cut: the parts of slab [slab_off, +slab_len) and the hole
+ * between them become that one slab again, the hole free.  -EINVAL (the
+ * parts are not there), -ENOMEM (the hole stays out, nothing else moves). */
+int eng_alloc_uncut(struct eng_alloc *a, uint64_t slab_off, uint64_t slab_len, uint64_t hole,
+		    uint64_t hlen);
 /* The free extents of at least min bytes, up to max of them in out;
  * returns how many there are. */
 size_t eng_alloc_free_list(const struct eng_alloc *a, uint64_t min, struct mn_extent *out,

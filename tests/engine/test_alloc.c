@@ -134,3 +134,58 @@ Test(alloc, largest_hole_outside_a_slab)
 	cr_assert_eq(eng_alloc_largest(a, UINT64_MAX), 124 << 10);
 	eng_alloc_destroy(a);
 }
+
+/* The holes a punch takes out of a blob slab (engine/blob.c): the largest
+ * run of whole free pages, never the whole slab; a cut splits the slab and
+ * keeps every other extent where it was; an uncut (the manifest record
+ * failed) makes it one slab again. */
+Test(alloc, cut_a_hole_and_undo_it)
+{
+	const uint64_t P = 1 << 20, S = 16 * P;
+	struct eng_alloc *a;
+	struct mn_extent slab, hole;
+	uint64_t o[16];
+
+	cr_assert_eq(eng_alloc_create(&a), 0);
+	cr_assert_eq(eng_alloc_add_slab(a, S, 8 * P), 0);
+	cr_assert_eq(eng_alloc_find_hole(a, P, &slab, &hole), -ENOENT, "the whole slab is free");
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(eng_alloc_get(a, P, &o[i]), 0);
+	/* pages 1, 3-5 and the second half of 7 free */
+	eng_alloc_put(a, o[1], P);
+	for (int i = 3; i <= 5; i++)
+		eng_alloc_put(a, o[i], P);
+	eng_alloc_put(a, o[7] + P / 2, P / 2);
+	cr_assert_eq(eng_alloc_find_hole(a, P, &slab, &hole), 0);
+	cr_assert_eq(slab.off, S);
+	cr_assert_eq(hole.off, S + 3 * P);
+	cr_assert_eq(hole.len, 3 * P);
+	uint64_t free0 = eng_alloc_free_bytes(a);
+	cr_assert_eq(eng_alloc_cut(a, S, S + 4 * P, 2 * P + 1), -EBUSY, "page 6 is used");
+	cr_assert_eq(eng_alloc_cut(a, S, S, 8 * P), -EINVAL);
+	cr_assert_eq(eng_alloc_cut(a, S, hole.off, hole.len), 0);
+	cr_assert_eq(eng_alloc_free_bytes(a), free0 - 3 * P);
+	cr_assert(!eng_alloc_owns(a, S + 4 * P));
+	cr_assert(eng_alloc_owns(a, S + 6 * P));
+	/* the free space left: page 1 and half of page 7, in the two parts */
+	uint64_t x, y;
+	cr_assert_eq(eng_alloc_get(a, P, &x), 0);
+	cr_assert_eq(x, S + P);
+	cr_assert_eq(eng_alloc_get(a, P / 2, &y), 0);
+	cr_assert_eq(y, S + 7 * P + P / 2);
+	eng_alloc_put(a, x, P);
+	eng_alloc_put(a, y, P / 2);
+	cr_assert_eq(eng_alloc_uncut(a, S, 8 * P, hole.off, hole.len), 0);
+	cr_assert_eq(eng_alloc_free_bytes(a), free0);
+	cr_assert_eq(eng_alloc_get(a, 3 * P, &x), 0, "the hole is not one free run again");
+	cr_assert_eq(x, S + 3 * P);
+	eng_alloc_put(a, x, 3 * P);
+	/* a hole at the slab's start: only the part after it stays */
+	eng_alloc_put(a, o[0], P);
+	cr_assert_eq(eng_alloc_cut(a, S, S, 2 * P), 0);
+	cr_assert(!eng_alloc_owns(a, S));
+	cr_assert_eq(eng_alloc_uncut(a, S, 8 * P, S, 2 * P), 0);
+	cr_assert(eng_alloc_owns(a, S));
+	cr_assert_eq(eng_alloc_free_bytes(a), free0 + P);
+	eng_alloc_destroy(a);
+}
