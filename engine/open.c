@@ -62,17 +62,26 @@ static int cmp_ext(const void *a, const void *b)
  * any (it is not an orphan), else 0. */
 static int finish_punches(struct eng_db *db, const struct mn_extent *run)
 {
-	struct mn_extent in[64];
 	uint64_t start = run->off, pos = run->off, end = run->off + run->len;
+	struct mn_extent *in;
 	size_t k = 0;
 
-	for (size_t i = 0; i < db->nbslabs && k < 64; i++)
+	for (size_t i = 0; i < db->nbslabs; i++)
 		if (db->bslabs[i].off >= run->off && db->bslabs[i].off < end)
-			in[k++] = db->bslabs[i];
+			k++;
 	if (!k)
 		return 0;
-	if (k == 1 && in[0].off == run->off && in[0].len == run->len)
-		return 1;
+	for (size_t i = 0; i < db->nbslabs; i++)
+		if (db->bslabs[i].off == run->off && db->bslabs[i].len == run->len)
+			return 1;
+	/* every slab inside, or the pages between them are not known free */
+	in = malloc(k * sizeof(*in));
+	if (!in)
+		return 1; /* kept whole: only a leak */
+	k = 0;
+	for (size_t i = 0; i < db->nbslabs; i++)
+		if (db->bslabs[i].off >= run->off && db->bslabs[i].off < end)
+			in[k++] = db->bslabs[i];
 	qsort(in, k, sizeof(*in), cmp_ext);
 	for (size_t i = 0; i <= k; i++) {
 		uint64_t next = i < k ? in[i].off : end;
@@ -87,13 +96,14 @@ static int finish_punches(struct eng_db *db, const struct mn_extent *run)
 				dkv_warn("volume %s: could not free them (%s); the next mount tries "
 					 "again",
 					 db->o.volume, dkv_strerror(r));
-				return 1;
+				break;
 			}
 			start = next; /* what follows the hole is a run of its own */
 		}
 		if (i < k)
 			pos = in[i].off + in[i].len;
 	}
+	free(in);
 	return 1;
 }
 
