@@ -77,6 +77,10 @@ for b in "${bins[@]}"; do
 	if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
 		bad+=("$name")
 		echo "FAIL $name (rc=$rc, ${secs}s)"; grep -a -v '^\[----\] *$' "$log" | tail -n 60
+		# the failed cases and their messages, which the tail may have
+		# scrolled past (a chatty test's log lines come after them)
+		echo "-- failed cases:"; grep -a -E -A3 '^\[----\] .*: Assertion Failed|^\[FAIL\]' "$log" |
+			grep -a -v '^\[----\] *$' | head -n 40
 		if [ -n "$san" ] && [ "$(grep -a -c '' "$log")" -gt 60 ]; then
 			echo "-- first sanitizer report:"; grep -a -m1 -A40 -F "$san" "$log"
 		fi
