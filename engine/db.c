@@ -138,6 +138,8 @@ int eng_install_edit(struct eng_db *db, struct eng_edit *e, struct eng_table *co
 	if (flushed && db->nimm && db->imm[0] == flushed) {
 		memmove(&db->imm[0], &db->imm[1], (db->nimm - 1) * sizeof(db->imm[0]));
 		db->nimm--;
+		db->flushes_done++; /* with nimm, under the same lock: eng_flush */
+		pthread_cond_broadcast(&db->done_cv);
 	} else {
 		flushed = NULL;
 	}

@@ -405,7 +405,7 @@ struct eng_db {
 	struct eng_version *current;  /* mu */
 	struct eng_snapshot snaps;    /* mu; circular list head */
 	int bg_error;                 /* mu; sticky flush error */
-	uint64_t flushes_done;        /* mu */
+	uint64_t flushes_done;        /* mu; memtables taken off imm (installed) */
 	uint64_t flush_attempts;      /* mu; finished flush attempts, ok or not */
 	bool stop;                    /* mu */
 	bool flushing;                /* mu */

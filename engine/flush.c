@@ -610,7 +610,6 @@ void *eng_flush_main(void *arg)
 		if (!r) {
 			db->bg_error = 0;
 			db->flush_attempts++;
-			db->flushes_done++;
 			pthread_cond_broadcast(&db->done_cv);
 		}
 	}
