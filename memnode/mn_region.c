@@ -511,11 +511,29 @@ int mn_owns(const struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 	return 0;
 }
 
+/* Pages [p, p+n) of volume index v, of kind, are free now (their map
+ * entries already cleared): the counters, the mirror, and the pages back to
+ * the OS. */
+static void pages_freed(struct mn_region *r, int v, uint8_t kind, uint32_t p, uint32_t n)
+{
+	uint64_t bytes = (uint64_t)n * MN_PAGE_SIZE;
+
+	if (kind == MN_KIND_SLAB) {
+		r->slab_pages -= n;
+		r->vols[v].used_slab -= bytes;
+	} else {
+		r->node_pages -= n;
+		r->vols[v].used_node -= bytes;
+	}
+	r->used_pages -= n;
+	for (uint32_t i = p; i < p + n; i++)
+		r->owner[i] = 0, r->kind[i] = 0, r->run[i] = 0;
+	discard_freed_run(r, p, n);
+}
+
 int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 {
 	uint32_t p, n;
-	struct mn_vol *vo;
-	uint64_t bytes;
 	int rc = mn_owns(r, v, kind, off);
 
 	if (rc)
@@ -526,22 +544,7 @@ int mn_free(struct mn_region *r, int v, enum mn_kind kind, uint64_t off)
 	for (uint32_t i = 1; i < n; i++)
 		map_put(r, p + i, 0, 0, false, 0);
 	mn_region_sync(r, MN_MAP_OFF + (uint64_t)p * MN_MAP_ENTRY, (uint64_t)n * MN_MAP_ENTRY);
-	vo = &r->vols[v];
-	bytes = (uint64_t)n * MN_PAGE_SIZE;
-	if (kind == MN_KIND_SLAB) {
-		r->slab_pages -= n;
-		vo->used_slab -= bytes;
-	} else {
-		r->node_pages -= n;
-		vo->used_node -= bytes;
-	}
-	r->used_pages -= n;
-	discard_freed_run(r, p, n);
-	for (uint32_t i = p; i < p + n; i++) {
-		r->owner[i] = 0;
-		r->kind[i] = 0;
-		r->run[i] = 0;
-	}
+	pages_freed(r, v, (uint8_t)kind, p, n);
 	return 0;
 }
 
@@ -566,20 +569,16 @@ int mn_region_seal(struct mn_region *r, int v, uint64_t off, uint64_t keep, uint
 	for (uint32_t i = k; i < n; i++)
 		map_put(r, p + i, 0, 0, false, 0);
 	mn_region_sync(r, MN_MAP_OFF + (uint64_t)p * MN_MAP_ENTRY, (uint64_t)n * MN_MAP_ENTRY);
+	if (k < n)
+		pages_freed(r, v, MN_KIND_SLAB, p + k, n - k);
 	vo = &r->vols[v];
-	r->slab_pages -= n;
-	vo->used_slab -= (uint64_t)n * MN_PAGE_SIZE;
+	r->slab_pages -= k; /* the first k pages change kind */
+	vo->used_slab -= (uint64_t)k * MN_PAGE_SIZE;
 	r->node_pages += k;
 	vo->used_node += (uint64_t)k * MN_PAGE_SIZE;
-	r->used_pages -= n - k;
 	for (uint32_t i = p; i < p + k; i++)
 		r->kind[i] = MN_KIND_NODE;
 	r->run[p] = k;
-	if (k < n) {
-		for (uint32_t i = p + k; i < p + n; i++)
-			r->owner[i] = 0, r->kind[i] = 0, r->run[i] = 0;
-		discard_freed_run(r, p + k, n - k);
-	}
 	*newlen = (uint64_t)k * MN_PAGE_SIZE;
 	return 0;
 }
@@ -612,15 +611,11 @@ int mn_region_punch(struct mn_region *r, int v, uint64_t off, uint64_t hole, uin
 	for (uint32_t i = a; i < b; i++)
 		map_put(r, i, 0, 0, false, 0);
 	mn_region_sync(r, MN_MAP_OFF + (uint64_t)p * MN_MAP_ENTRY, (uint64_t)n * MN_MAP_ENTRY);
-	r->slab_pages -= b - a;
-	r->vols[v].used_slab -= (uint64_t)(b - a) * MN_PAGE_SIZE;
-	r->used_pages -= b - a;
-	for (uint32_t i = a; i < b; i++)
-		r->owner[i] = 0, r->kind[i] = 0, r->run[i] = 0;
-	r->run[p] = a > p ? a - p : 0;
+	pages_freed(r, v, MN_KIND_SLAB, a, b - a);
+	if (a > p)
+		r->run[p] = a - p;
 	if (b < p + n)
 		r->run[b] = p + n - b;
-	discard_freed_run(r, a, b - a);
 	*left = (struct mn_extent){ off, (uint64_t)(a - p) * MN_PAGE_SIZE };
 	*right = (struct mn_extent){ (uint64_t)b * MN_PAGE_SIZE, (uint64_t)(p + n - b) * MN_PAGE_SIZE };
 	return 0;

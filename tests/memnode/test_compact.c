@@ -739,11 +739,14 @@ static bool free_while_the_job_runs(int nrec, uint64_t size)
 	 * keeps, which the job reads (docs/memnode.md). */
 	struct mn_extent sx;
 	int sealed = strstr(txt + MN_STATS_FIXED, "compaction_jobs: 1") ? mn_seal(f.c, slab, 1, &sx) : 1;
+	/* Nor punched (MN_OP_PUNCH frees pages inside it). */
+	int punched = sealed == -EBUSY ? mn_punch(f.c, slab, slab + (1u << 20), 1u << 20) : 1;
 	cr_assert_eq(mn_stats(f.c, &st), 0);
 	if (st.compactions) /* it ended before it was seen, or before the seal */
 		goto out;
 	cr_assert_neq(sealed, 1, "the job never started");
 	cr_assert_eq(sealed, -EBUSY, "a slab a running job reads was sealed");
+	cr_assert_eq(punched, -EBUSY, "a slab a running job reads was punched (%d)", punched);
 	cr_assert_eq(mn_free_slab(f.c, slab), 0);
 	cr_assert_eq(mn_call(other, MN_OP_STATS, NULL, 0, NULL, 0, txt, RPC_REPLY_MAX, &tl), 0);
 	txt[tl] = 0;
