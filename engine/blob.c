@@ -107,6 +107,25 @@ static const struct mn_extent *slab_of(struct eng_db *db, uint64_t off, size_t *
 	return NULL;
 }
 
+/* One manifest record of the blob slab list (tags 9/10): a free of *freed
+ * (NULL: none) and an add of each of add[0..nadd) (len 0: none).  man_mu
+ * held.  0 or the error; *unsure when the record may be written anyway. */
+static int log_bslabs(struct eng_db *db, const struct mn_extent *freed,
+		      const struct mn_extent *add, size_t nadd, bool *unsure)
+{
+	struct eng_edit e = { 0 };
+	int r = freed ? eng_edit_free_bslab(&e, freed->off, freed->len) : 0;
+
+	for (size_t i = 0; i < nadd && !r; i++)
+		if (add[i].len)
+			r = eng_edit_add_bslab(&e, add[i].off, add[i].len);
+	if (!r)
+		r = eng_manifest_log(db, &e);
+	*unsure = e.unsure;
+	eng_edit_release(&e);
+	return r;
+}
+
 /* A new blob slab, logged before anything is written into it.  Refused when
  * it would eat into the reserve kept for deletes, flushes and compaction:
  * file data is what fills a volume, so it is what gets ENOSPC first.
@@ -115,7 +134,7 @@ static int grow(struct eng_db *db, uint64_t need)
 {
 	uint64_t want = db->o.slab_size > need ? db->o.slab_size : need;
 	struct mn_extent slab;
-	struct eng_edit e = { 0 };
+	bool unsure = false;
 	int r;
 
 	pthread_mutex_lock(&db->man_mu);
@@ -141,17 +160,13 @@ static int grow(struct eng_db *db, uint64_t need)
 	r = eng_array_grow((void **)&db->bslabs, &db->bslabs_cap, db->nbslabs + 1,
 			   sizeof(*db->bslabs));
 	if (!r)
-		r = eng_edit_add_bslab(&e, slab.off, slab.len);
-	if (!r)
-		r = eng_manifest_log(db, &e);
-	if (r && e.unsure) {
+		r = log_bslabs(db, NULL, &slab, 1, &unsure);
+	if (r && unsure) {
 		/* maybe logged: given back only once the manifest is rewritten */
 		eng_space_defer(db, ENG_DEFER_SLAB, slab.off, slab.len);
-		eng_edit_release(&e);
 		pthread_mutex_unlock(&db->man_mu);
 		return r;
 	}
-	eng_edit_release(&e);
 	if (!r)
 		r = eng_alloc_add_slab(db->balloc, slab.off, slab.len);
 	if (r) {
@@ -459,17 +474,12 @@ static void trim(struct eng_db *db)
 	struct mn_extent s;
 
 	while (eng_alloc_take_empty(db->balloc, db->o.slab_size, &s) == 0) {
-		struct eng_edit e = { 0 };
 		size_t si = 0;
 		bool unsure;
 		int r;
 
 		pthread_mutex_lock(&db->man_mu);
-		r = eng_edit_free_bslab(&e, s.off, s.len);
-		if (!r)
-			r = eng_manifest_log(db, &e);
-		unsure = e.unsure;
-		eng_edit_release(&e);
+		r = log_bslabs(db, &s, NULL, 0, &unsure);
 		if (r && !unsure) {
 			pthread_mutex_unlock(&db->man_mu);
 			eng_alloc_add_slab(db->balloc, s.off, s.len); /* still ours */
@@ -546,8 +556,7 @@ static void punch(struct eng_db *db)
 
 	for (int k = 0; k < BLOB_PUNCH_MAX && db->blob_recovered && !db->no_punch; k++) {
 		uint64_t fr = eng_alloc_free_bytes(db->balloc);
-		struct mn_extent slab, hole;
-		struct eng_edit e = { 0 };
+		struct mn_extent slab, hole, parts[2];
 		size_t si;
 		bool unsure;
 		int r;
@@ -564,17 +573,12 @@ static void punch(struct eng_db *db)
 				   sizeof(*db->bslabs)) ||
 		    eng_alloc_cut(db->balloc, slab.off, hole.off, hole.len))
 			return;
+		/* the parts before and after the hole (len 0: none) */
+		parts[0] = (struct mn_extent){ slab.off, hole.off - slab.off };
+		parts[1] = (struct mn_extent){ hole.off + hole.len,
+					       slab.off + slab.len - hole.off - hole.len };
 		pthread_mutex_lock(&db->man_mu);
-		r = eng_edit_free_bslab(&e, slab.off, slab.len);
-		if (!r && hole.off > slab.off)
-			r = eng_edit_add_bslab(&e, slab.off, hole.off - slab.off);
-		if (!r && hole.off + hole.len < slab.off + slab.len)
-			r = eng_edit_add_bslab(&e, hole.off + hole.len,
-					       slab.off + slab.len - hole.off - hole.len);
-		if (!r)
-			r = eng_manifest_log(db, &e);
-		unsure = e.unsure;
-		eng_edit_release(&e);
+		r = log_bslabs(db, &slab, parts, 2, &unsure);
 		if (r && !unsure) {
 			/* Not logged: the slab stays whole, as in the manifest
 			 * (if even that fails, the hole stays unused until the

@@ -445,6 +445,18 @@ static void put_range(eng_db *db, uint32_t *tags, unsigned from, unsigned to)
 	}
 }
 
+/* A 64 MiB node (memtables of up to 2 MiB), 2 MiB memtables, 1 MiB slabs,
+ * no compaction. */
+static void open_2m(struct tnode *node, struct eng_options *o, eng_db **db)
+{
+	cr_assert_eq(tnode_start(node, 64u << 20, NULL, NULL), 0);
+	topts(o, node);
+	o->memtable_size = 2u << 20;
+	o->slab_size = 1u << 20;
+	o->compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(o, db), 0);
+}
+
 /* A memtable a little over one node page (1.1 MiB of records) must flush
  * into free node pages that are not next to each other, as two tables: the
  * flush halves its request down to the 1 MiB minimum itself.  (It asked
@@ -467,12 +479,7 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
 	eng_db *db;
 	int r;
 
-	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0); /* a 2 MiB memtable */
-	topts(&o, &node);
-	o.memtable_size = 2u << 20;
-	o.slab_size = 1u << 20;
-	o.compaction = ENG_COMPACTION_OFF;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_2m(&node, &o, &db);
 	put_range(db, tags, 0, NOVER);
 	filler_fill(&node, &c, slabs, &ns);
 	for (unsigned i = ns - 5; i < ns; i += 2)
@@ -506,12 +513,7 @@ Test(enospc, free_pages_apart_do_not_make_the_volume_full, .timeout = 60)
 	unsigned ns, freed = 0;
 	eng_db *db;
 
-	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 2u << 20;
-	o.slab_size = 1u << 20;
-	o.compaction = ENG_COMPACTION_OFF;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_2m(&node, &o, &db);
 	filler_fill(&node, &c, slabs, &ns);
 	for (unsigned i = 0; i < ns; i += 2, freed++)
 		cr_assert_eq(mn_free_slab(c, slabs[i].off), 0);
