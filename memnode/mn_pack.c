@@ -71,14 +71,17 @@ static int pack_place(struct mn_server *s, int v, uint64_t len, uint64_t *dst)
  * around it (up to 2 MiB), and its writeback (the sync just done) gives the
  * file blocks of zeros past the table.  Discard them, from where the run is
  * filled now (under the lock: a later PACK's table is never cut). */
-static void pack_discard_tail(struct mn_server *s, int v, uint64_t run)
+static void pack_discard_tail(struct mn_server *s, struct mn_conn *mc, uint64_t run)
 {
-	struct mn_volstate *vs = &s->vs[v];
+	struct mn_volstate *vs;
+	int v;
 
 	if (!s->rg.file_backed)
 		return;
 	pthread_mutex_lock(&s->lock);
-	if (vs->pack_len && vs->pack_off == run && vs->pack_fill < vs->pack_len)
+	v = mc->vol; /* under the lock: a disconnect may have released it */
+	vs = v >= 0 ? &s->vs[v] : NULL;
+	if (vs && vs->pack_len && vs->pack_off == run && vs->pack_fill < vs->pack_len)
 		mn_region_discard(&s->rg, v, run + vs->pack_fill, vs->pack_len - vs->pack_fill);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -115,7 +118,7 @@ void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 	if (!rc)
 		rc = mn_sync_counted(s, dst, l);
 	if (!rc)
-		pack_discard_tail(s, mc->vol, run_off);
+		pack_discard_tail(s, mc, run_off);
 	if (rc)
 		return rpc_reply(call, rc, NULL, 0); /* a copy made stays unused: freed with its run */
 	put_u64(rep, dst);
