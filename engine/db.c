@@ -228,7 +228,13 @@ static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 		}
 		pthread_mutex_unlock(&db->mu);
 		/* New memtable, new WAL segment: the old memtable's records all
-		 * lie in segments below log_no, released once it is flushed. */
+		 * lie in segments below log_no, released once it is flushed, so
+		 * they must all be in first. */
+		r = db->read_only ? 0 : eng_wal_drain(db);
+		if (r) {
+			pthread_mutex_lock(&db->mu);
+			break;
+		}
 		pthread_mutex_lock(&db->man_mu);
 		eng_space_check(db);
 		r = db->read_only ? 0 : eng_wal_new_segment(db, 0);
@@ -279,31 +285,13 @@ static int insert_entry(void *ctx, uint64_t seq, int type, const uint8_t *k, siz
 	return eng_mem_add(ic->m, seq, type, k, kl, v, vl);
 }
 
-static int wal_buf_reserve(struct eng_db *db, size_t n)
-{
-	size_t cap = db->wal_buf_cap ? db->wal_buf_cap : (64u << 10);
-	void *p;
-
-	if (n <= db->wal_buf_cap)
-		return 0;
-	while (cap < n)
-		cap *= 2;
-	p = mn_buf_alloc(db->mc, cap);
-	if (!p)
-		return -ENOMEM;
-	mn_buf_free(db->mc, db->wal_buf);
-	db->wal_buf = p;
-	db->wal_buf_cap = cap;
-	return 0;
-}
-
 /* The leader's work for the group [first .. last]. */
 static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_writer *last)
 {
 	eng_batch *g = &db->group;
 	struct insert_ctx ic;
 	uint64_t seq;
-	bool sync = false;
+	enum eng_wal_wait wait = ENG_WAL_POSTED;
 	int r = 0;
 
 	/* Followers queued before a group broke the memtable lead later. */
@@ -315,7 +303,8 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 		r = eng_batch_append_rep(g, w->batch);
 		if (r)
 			return r;
-		sync |= w->sync;
+		if (w->wait > wait)
+			wait = w->wait;
 		if (w == last)
 			break;
 	}
@@ -332,11 +321,7 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 	if (first->disable_wal) {
 		atomic_store(&db->unlogged, true);
 	} else {
-		r = wal_buf_reserve(db, ENG_WAL_HDR + g->len);
-		if (r)
-			return r;
-		memcpy(db->wal_buf + ENG_WAL_HDR, g->rep, g->len);
-		r = eng_wal_append(db, db->wal_buf, g->len, sync);
+		r = eng_wal_log(db, g->rep, g->len, wait);
 		if (r)
 			return r;
 	}
@@ -437,7 +422,9 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 	    atomic_load(&db->space_free) < db->reserve / 2)
 		return -ENOSPC;
 	w.batch = b;
-	w.sync = wo && wo->sync;
+	w.wait = !wo ? ENG_WAL_WRITTEN
+		: wo->sync ? ENG_WAL_SYNCED
+		: wo->async_wal ? ENG_WAL_POSTED : ENG_WAL_WRITTEN;
 	w.disable_wal = wo && wo->disable_wal;
 	pthread_cond_init(&w.cv, NULL);
 
@@ -460,7 +447,7 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 	for (x = w.next; x; x = x->next) {
 		if (!x->batch) /* eng_flush waiting for its turn */
 			break;
-		if (x->disable_wal != w.disable_wal || (x->sync && !w.sync))
+		if (x->disable_wal != w.disable_wal || x->wait > w.wait)
 			break;
 		if (bytes + x->batch->len > GROUP_MAX)
 			break;

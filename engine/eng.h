@@ -21,7 +21,8 @@
  * Threads: an eng_db is fully thread safe.  An eng_iter belongs to one thread
  * at a time.  Snapshots may be shared.  Write durability: a write returns
  * after its batch is in the memtable and, unless disable_wal, appended to the
- * WAL in memory-node memory (with sync: also msync'ed on a file-backed node).
+ * WAL in memory-node memory (with sync: also msync'ed on a file-backed node;
+ * with async_wal: only posted to it).
  */
 #ifndef DKV_ENG_H
 #define DKV_ENG_H
@@ -90,6 +91,13 @@ int eng_close(eng_db *db);
 struct eng_write_opts {
 	bool sync;        /* also make the WAL durable against power loss */
 	bool disable_wal; /* do not log: lost on a crash before flush */
+	/* Return once the WAL record is posted, without waiting for the node
+	 * to have it (docs/durability.md).  A crash of this process may lose
+	 * the last few such writes: at most 16 groups, always the newest (what
+	 * survives is a prefix of the writes).  The next write without it,
+	 * eng_sync, eng_flush and eng_close wait for them.  If one cannot be
+	 * written, later writes fail until the volume is reopened. */
+	bool async_wal;
 };
 struct eng_read_opts {
 	const eng_snapshot *snapshot; /* NULL: latest */

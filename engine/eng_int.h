@@ -319,6 +319,23 @@ struct eng_wal_seg {
 	uint64_t log_no, off, len;
 	uint64_t used; /* bytes written (writer side) */
 };
+/* How long a logged write waits for its record (eng_write_opts). */
+enum eng_wal_wait {
+	ENG_WAL_POSTED,  /* async_wal: handed to the transport, not waited for */
+	ENG_WAL_WRITTEN, /* in memory-node memory (the default) */
+	ENG_WAL_SYNCED,  /* sync: also msync'ed on a file-backed node */
+};
+/* Records posted and not yet waited for: at most this many, each at most
+ * ENG_WAL_POST_MAX bytes (a larger one is written and waited for). */
+#define ENG_WAL_INFLIGHT 16
+#define ENG_WAL_POST_MAX (64u << 10)
+struct eng_wal_post {
+	uint8_t *buf; /* registered, ENG_WAL_POST_MAX; NULL until first used */
+	uint64_t off; /* where the record goes */
+	size_t n;     /* its bytes */
+	bool busy;    /* posted, not yet waited for */
+	struct mn_io io;
+};
 /* Largest payload one record can frame (its length field is 32 bits). */
 #define ENG_WAL_PAYLOAD_MAX ((size_t)UINT32_MAX - ENG_WAL_HDR)
 /* Frame payload into buf (which has ENG_WAL_HDR bytes of room before it).
@@ -341,7 +358,8 @@ int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_f
 
 struct eng_writer {
 	const eng_batch *batch;
-	bool sync, disable_wal, done;
+	enum eng_wal_wait wait;
+	bool disable_wal, done;
 	int status;
 	pthread_cond_t cv;
 	struct eng_writer *next;
@@ -362,8 +380,13 @@ struct eng_db {
 	pthread_mutex_t wq_mu;
 	struct eng_writer *wq_head, *wq_tail; /* wq_mu */
 	eng_batch group;                      /* leader only */
-	uint8_t *wal_buf;                     /* registered, leader only */
+	/* The WAL writer (engine/wal.c): the leader appends, eng_wal_sync
+	 * waits for what it posted.  Locks: blob_mu, then wal_mu, then man_mu. */
+	pthread_mutex_t wal_mu;
+	uint8_t *wal_buf;                     /* wal_mu; registered */
 	size_t wal_buf_cap;
+	struct eng_wal_post posts[ENG_WAL_INFLIGHT]; /* wal_mu; a ring */
+	unsigned post_next;                   /* wal_mu; the oldest, reused next */
 
 	/* sequence numbers */
 	_Atomic uint64_t last_seq;    /* last assigned (leader) */
@@ -652,10 +675,18 @@ int eng_manifest_create(struct eng_db *db);
 int eng_manifest_recover(struct eng_db *db, struct eng_edit *state);
 int eng_manifest_state(struct eng_db *db, struct eng_edit *e); /* man_mu + mu held */
 
-/* WAL writer (leader) and recovery. */
-int eng_wal_append(struct eng_db *db, const uint8_t *payload, size_t len, bool sync);
+/* WAL writer (leader) and recovery.  eng_wal_log appends one record with
+ * payload (len bytes) and waits as asked.  eng_wal_drain waits for every
+ * posted record (a memtable switch does it first: a memtable's records are
+ * all in before it can be flushed and its segments reused); an error there
+ * that a second write of the same bytes does not cure breaks the engine
+ * (db->broken).  eng_wal_sync drains, then msyncs the live segments.
+ * eng_wal_fini frees the buffers (at close, after the last drain). */
+int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t len, enum eng_wal_wait w);
+int eng_wal_drain(struct eng_db *db);
 int eng_wal_new_segment(struct eng_db *db, uint64_t min_len); /* man_mu held */
 int eng_wal_sync(struct eng_db *db);
+void eng_wal_fini(struct eng_db *db);
 int eng_wal_recover(struct eng_db *db, struct eng_mem *m);
 void eng_wal_release_below(struct eng_db *db, uint64_t log_min); /* man_mu held */
 

@@ -266,6 +266,7 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->wq_mu, NULL);
 	pthread_mutex_init(&db->mu, NULL);
 	pthread_mutex_init(&db->man_mu, NULL);
+	pthread_mutex_init(&db->wal_mu, NULL);
 	pthread_mutex_init(&db->pack_mu, NULL);
 	pthread_mutex_init(&db->free_mu, NULL);
 	pthread_mutex_init(&db->reclaim_mu, NULL);
@@ -427,8 +428,7 @@ int eng_close(eng_db *db)
 		db->snaps.next = s->next;
 		free(s); /* not released by the caller: a leak we clean up */
 	}
-	if (db->mc && db->wal_buf)
-		mn_buf_free(db->mc, db->wal_buf);
+	eng_wal_fini(db);
 	mn_client_close(db->mc);
 	eng_batch_release(&db->group);
 	eng_alloc_destroy(db->alloc);
@@ -443,6 +443,7 @@ int eng_close(eng_db *db)
 	pthread_mutex_destroy(&db->wq_mu);
 	pthread_mutex_destroy(&db->mu);
 	pthread_mutex_destroy(&db->man_mu);
+	pthread_mutex_destroy(&db->wal_mu);
 	pthread_mutex_destroy(&db->pack_mu);
 	pthread_mutex_destroy(&db->free_mu);
 	pthread_mutex_destroy(&db->reclaim_mu);

@@ -16,9 +16,16 @@
  *
  * Group commit: the leader of the write queue (db.c) concatenates the
  * batches of its group into one payload (a batch rep, eng_int.h) and appends
- * it with ONE remote WRITE.  Only the leader appends, so appends are
- * serialized without a lock of their own; db->man_mu protects the segment
- * list, which the flush thread trims.
+ * it with ONE remote WRITE.  db->wal_mu serializes the appends with
+ * eng_wal_sync; db->man_mu protects the segment list, which the flush thread
+ * trims.
+ *
+ * Posted records (eng_write_opts.async_wal): the WRITE is posted from one of
+ * ENG_WAL_INFLIGHT registered buffers and the write returns; the buffer is
+ * waited for when the ring comes round to it, or by eng_wal_drain (a waited
+ * record, a sync, a memtable switch, a new segment, close).  The transport
+ * keeps a connection's writes in order, so the records that reach the node
+ * are a prefix of those posted; replay stops at the first missing one.
  *
  * The same framing is used by the manifest (salt = manifest number).
  */
@@ -122,18 +129,115 @@ int eng_wal_new_segment(struct eng_db *db, uint64_t min_len)
 	return 0;
 }
 
-int eng_wal_append(struct eng_db *db, const uint8_t *rec, size_t plen, bool sync)
+/* The record may be torn: never append behind it. */
+static void seg_close_at(struct eng_db *db, uint64_t off)
+{
+	pthread_mutex_lock(&db->man_mu);
+	for (size_t i = 0; i < db->nsegs; i++)
+		if (db->segs[i].off <= off && off < db->segs[i].off + db->segs[i].len)
+			db->segs[i].used = db->segs[i].len;
+	pthread_mutex_unlock(&db->man_mu);
+}
+
+/* Wait for the posted record in p (wal_mu held).  A failure gets a second
+ * write of the same bytes to the same place, as a waited record does; if
+ * that fails too, the log has a hole that later records may sit behind,
+ * and the memtable holds writes it lacks: the engine is broken until it is
+ * reopened, and replay stops at the hole (what survives is a prefix). */
+static int post_reap(struct eng_db *db, struct eng_wal_post *p)
+{
+	int r;
+
+	if (!p->busy)
+		return 0;
+	p->busy = false;
+	r = mn_wait(db->mc, &p->io);
+	if (r == -ETIMEDOUT) {
+		/* the transport may still send from it: never reuse it */
+		uint8_t *fresh = mn_buf_alloc(db->mc, ENG_WAL_POST_MAX);
+
+		if (fresh)
+			memcpy(fresh, p->buf, p->n);
+		p->buf = fresh;
+		if (!fresh)
+			return -ENOMEM;
+	}
+	if (r && eng_io_transient(r))
+		r = mn_write(db->mc, p->off, p->buf, p->n); /* same bytes, same place */
+	if (r) {
+		int was = 0;
+
+		seg_close_at(db, p->off);
+		if (atomic_compare_exchange_strong(&db->broken, &was, r))
+			dkv_err("volume %s: a write-ahead log record posted without waiting "
+				"could not be written (%s): writes are refused until the volume is "
+				"reopened, which keeps the writes logged before it",
+				db->o.volume, dkv_strerror(r));
+		return r;
+	}
+	atomic_fetch_add_explicit(&db->st_wal_bytes, p->n, memory_order_relaxed);
+	return 0;
+}
+
+/* Oldest first, so a retried record is in before any later one is waited. */
+static int drain_locked(struct eng_db *db)
+{
+	int r = 0;
+
+	for (unsigned i = 0; i < ENG_WAL_INFLIGHT; i++) {
+		int r2 = post_reap(db, &db->posts[(db->post_next + i) % ENG_WAL_INFLIGHT]);
+
+		if (!r)
+			r = r2;
+	}
+	return r;
+}
+
+int eng_wal_drain(struct eng_db *db)
+{
+	int r;
+
+	pthread_mutex_lock(&db->wal_mu);
+	r = drain_locked(db);
+	pthread_mutex_unlock(&db->wal_mu);
+	return r;
+}
+
+static int wal_buf_reserve(struct eng_db *db, size_t n)
+{
+	size_t cap = db->wal_buf_cap ? db->wal_buf_cap : (64u << 10);
+	void *p;
+
+	if (n <= db->wal_buf_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	p = mn_buf_alloc(db->mc, cap);
+	if (!p)
+		return -ENOMEM;
+	mn_buf_free(db->mc, db->wal_buf);
+	db->wal_buf = p;
+	db->wal_buf_cap = cap;
+	return 0;
+}
+
+/* Where the record of n bytes goes: the current segment's tail, or a new
+ * segment (after every posted record is in: a posted record is never in
+ * another segment than the ones after it, so a hole cuts replay there). */
+static int place(struct eng_db *db, uint8_t *rec, size_t plen, uint64_t *off)
 {
 	size_t n = ENG_WAL_HDR + plen;
 	struct eng_wal_seg *s;
-	uint64_t off;
 	int r;
 
-	if (plen > ENG_WAL_PAYLOAD_MAX)
-		return -EMSGSIZE; /* before a segment is sized for it */
 	pthread_mutex_lock(&db->man_mu);
 	s = db->nsegs ? &db->segs[db->nsegs - 1] : NULL;
 	if (!s || s->len - s->used < n) {
+		pthread_mutex_unlock(&db->man_mu);
+		r = drain_locked(db);
+		if (r)
+			return r;
+		pthread_mutex_lock(&db->man_mu);
 		r = eng_wal_new_segment(db, n);
 		if (r) {
 			pthread_mutex_unlock(&db->man_mu);
@@ -141,46 +245,104 @@ int eng_wal_append(struct eng_db *db, const uint8_t *rec, size_t plen, bool sync
 		}
 		s = &db->segs[db->nsegs - 1];
 	}
-	r = eng_wal_frame((uint8_t *)rec, s->log_no, plen);
-	if (r) {
-		pthread_mutex_unlock(&db->man_mu);
-		return r;
+	r = eng_wal_frame(rec, s->log_no, plen);
+	if (!r) {
+		*off = s->off + s->used;
+		s->used += n;
 	}
-	off = s->off + s->used;
-	s->used += n;
 	pthread_mutex_unlock(&db->man_mu);
+	return r;
+}
 
-	r = mn_write(db->mc, off, rec, n);
+static int post(struct eng_db *db, const uint8_t *payload, size_t plen)
+{
+	struct eng_wal_post *p = &db->posts[db->post_next];
+	int r = post_reap(db, p);
+
+	if (r)
+		return r;
+	if (!p->buf && !(p->buf = mn_buf_alloc(db->mc, ENG_WAL_POST_MAX)))
+		return -ENOMEM;
+	memcpy(p->buf + ENG_WAL_HDR, payload, plen);
+	r = place(db, p->buf, plen, &p->off);
+	if (r)
+		return r;
+	p->n = ENG_WAL_HDR + plen;
+	db->post_next = (db->post_next + 1) % ENG_WAL_INFLIGHT;
+	mn_post_write(db->mc, &p->io, p->off, p->buf, p->n);
+	p->busy = true; /* a post that failed at once is retried by the reap */
+	return 0;
+}
+
+static int write_waited(struct eng_db *db, const uint8_t *payload, size_t plen, bool sync)
+{
+	size_t n = ENG_WAL_HDR + plen;
+	uint64_t off;
+	int r = drain_locked(db); /* the records before this one first */
+
+	if (!r)
+		r = wal_buf_reserve(db, n);
+	if (r)
+		return r;
+	memcpy(db->wal_buf + ENG_WAL_HDR, payload, plen);
+	r = place(db, db->wal_buf, plen, &off);
+	if (r)
+		return r;
+	r = mn_write(db->mc, off, db->wal_buf, n);
 	if (eng_io_transient(r))
-		r = mn_write(db->mc, off, rec, n); /* same bytes, same place */
+		r = mn_write(db->mc, off, db->wal_buf, n); /* same bytes, same place */
 	if (!r && sync) {
 		r = mn_sync(db->mc, off, n);
 		atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);
 	}
 	if (r) {
-		/* The record may be torn: never append behind it. */
-		pthread_mutex_lock(&db->man_mu);
-		for (size_t i = 0; i < db->nsegs; i++)
-			if (db->segs[i].off <= off && off < db->segs[i].off + db->segs[i].len)
-				db->segs[i].used = db->segs[i].len;
-		pthread_mutex_unlock(&db->man_mu);
+		seg_close_at(db, off);
 		return r;
 	}
 	atomic_fetch_add_explicit(&db->st_wal_bytes, n, memory_order_relaxed);
 	return 0;
 }
 
+int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t plen, enum eng_wal_wait w)
+{
+	int r;
+
+	if (plen > ENG_WAL_PAYLOAD_MAX)
+		return -EMSGSIZE; /* before a segment is sized for it */
+	pthread_mutex_lock(&db->wal_mu);
+	if (w == ENG_WAL_POSTED && ENG_WAL_HDR + plen <= ENG_WAL_POST_MAX)
+		r = post(db, payload, plen);
+	else
+		r = write_waited(db, payload, plen, w == ENG_WAL_SYNCED);
+	pthread_mutex_unlock(&db->wal_mu);
+	return r;
+}
+
 int eng_wal_sync(struct eng_db *db)
 {
-	int r = 0;
+	int r;
 
+	pthread_mutex_lock(&db->wal_mu);
+	r = drain_locked(db);
 	pthread_mutex_lock(&db->man_mu);
 	for (size_t i = 0; i < db->nsegs && !r; i++)
 		if (db->segs[i].used)
 			r = mn_sync(db->mc, db->segs[i].off, db->segs[i].used);
 	pthread_mutex_unlock(&db->man_mu);
+	pthread_mutex_unlock(&db->wal_mu);
 	atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);
 	return r;
+}
+
+void eng_wal_fini(struct eng_db *db)
+{
+	if (!db->mc)
+		return;
+	drain_locked(db);
+	for (unsigned i = 0; i < ENG_WAL_INFLIGHT; i++)
+		mn_buf_free(db->mc, db->posts[i].buf);
+	mn_buf_free(db->mc, db->wal_buf);
+	db->wal_buf = NULL;
 }
 
 void eng_wal_release_below(struct eng_db *db, uint64_t log_min)

@@ -43,7 +43,7 @@ struct bench_opts {
 	long reads;                 /* ops of read benchmarks; <0: num */
 	int key_size, value_size;
 	int threads;
-	bool disable_wal, sync, pack_tables;
+	bool disable_wal, sync, async_wal, pack_tables;
 	int readwritepercent;       /* readrandomwriterandom: % reads */
 	uint64_t seed;
 	double duration;            /* seconds per case (transport; engine: 0 = by count) */

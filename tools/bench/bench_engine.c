@@ -298,6 +298,16 @@ static const char *fmt_u64(char *buf, size_t cap, bool ok, uint64_t v)
 	return buf;
 }
 
+/* How long a write waited for its log record. */
+static const char *wal_mode(const struct bench_opts *o)
+{
+	if (o->disable_wal)
+		return "off";
+	if (o->sync)
+		return "synced";
+	return o->async_wal && o->engine == BENCH_ENGINE_DKV ? "posted" : "written";
+}
+
 static void print_result(struct bench_engine *e, struct run *r, struct worker *ws, double secs,
 			 const struct bench_kv_stats *s0, const struct bench_kv_stats *s1)
 {
@@ -324,7 +334,7 @@ static void print_result(struct bench_engine *e, struct run *r, struct worker *w
 	printf("RESULT bench=%s engine=%s ops=%ld ops_per_sec=%.0f mb_per_sec=%.2f p50_us=%.2f "
 	       "p99_us=%.2f net_bytes=%s user_bytes=%llu remote_reads_per_op=%s "
 	       "net_bytes_per_user_byte=%s index_bytes_per_key=%s read_bytes_per_lookup=%s "
-	       "found=%ld threads=%d secs=%.3f compaction_net_bytes=%s stall_us=%s transport=%s\n",
+	       "found=%ld threads=%d secs=%.3f compaction_net_bytes=%s stall_us=%s transport=%s wal=%s\n",
 	       r->name, bench_kv_name(e->kv), ops, secs > 0 ? (double)ops / secs : 0.0,
 	       secs > 0 ? (double)bytes / secs / 1048576.0 : 0.0,
 	       (double)bench_hist_quantile(&h, 0.5) / 1e3,
@@ -339,7 +349,7 @@ static void print_result(struct bench_engine *e, struct run *r, struct worker *w
 			 (double)(s1->lookup_read_bytes - s0->lookup_read_bytes), (double)gets),
 	       found, o->threads, secs,
 	       fmt_u64(b[5], 32, net, s1->compaction_net_bytes - s0->compaction_net_bytes),
-	       fmt_u64(b[6], 32, net, s1->stall_us - s0->stall_us), xport);
+	       fmt_u64(b[6], 32, net, s1->stall_us - s0->stall_us), xport, wal_mode(o));
 	fflush(stdout);
 	if (o->histogram)
 		bench_hist_print(&h, r->name);

@@ -55,6 +55,7 @@ static int kv_open_dkv(const struct bench_opts *o, const struct bench_kv_target 
 		eo.op_timeout_ms = o->op_timeout_ms;
 	kv->wo.sync = o->sync;
 	kv->wo.disable_wal = o->disable_wal;
+	kv->wo.async_wal = o->async_wal;
 	int rc = eng_open(&eo, &kv->db);
 	if (rc)
 		fprintf(stderr, "dkvfs-bench: cannot open volume %s on %s: %s\n", t->volume,

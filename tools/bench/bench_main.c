@@ -56,6 +56,9 @@ static const struct flag {
 	F("threads", F_INT, threads, "client threads (default 1)"),
 	F("disable_wal", F_BOOL, disable_wal, "0 | 1: do not log writes (default 0)"),
 	F("sync", F_BOOL, sync, "0 | 1: make every write durable before it returns (default 0)"),
+	F("async_wal", F_BOOL, async_wal,
+	  "0 | 1: dkv returns from a write once its log record is posted, not written "
+	  "(default 0; RocksDB has no such mode and ignores it)"),
 	F("pack_tables", F_BOOL, pack_tables,
 	  "0 | 1: dkv engine packs small tables read-only (eng_options.pack_tables, default 0)"),
 	F("readwritepercent", F_INT, readwritepercent,
