@@ -162,7 +162,8 @@ static int post_reap(struct eng_db *db, struct eng_wal_post *p)
 		if (!fresh)
 			return -ENOMEM;
 	}
-	if (r && eng_io_transient(r))
+	/* (once broken, nothing behind the hole is replayed: no second try) */
+	if (r && eng_io_transient(r) && !atomic_load(&db->broken))
 		r = mn_write(db->mc, p->off, p->buf, p->n); /* same bytes, same place */
 	if (r) {
 		int was = 0;
