@@ -578,7 +578,9 @@ static void punch(struct eng_db *db)
 		parts[1] = (struct mn_extent){ hole.off + hole.len,
 					       slab.off + slab.len - hole.off - hole.len };
 		pthread_mutex_lock(&db->man_mu);
-		r = log_bslabs(db, &slab, parts, 2, &unsure);
+		unsure = false;
+		r = eng_fault_hit(db, ENG_FAULT_PUNCH_LOG) ? -EIO
+							   : log_bslabs(db, &slab, parts, 2, &unsure);
 		if (r && !unsure) {
 			/* Not logged: the slab stays whole, as in the manifest
 			 * (if even that fails, the hole stays unused until the

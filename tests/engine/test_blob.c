@@ -374,6 +374,67 @@ Test(blob, free_pages_inside_slabs_go_back_to_the_node, .timeout = 120)
 	free(got);
 }
 
+/* A punch whose manifest record cannot be written leaves its slab whole,
+ * as the manifest has it, and puts the hole back for file data
+ * (eng_alloc_uncut); the next release punches as usual. */
+Test(blob, a_punch_whose_record_fails_keeps_its_hole, .timeout = 120)
+{
+	enum { N = NSLABS * PER_SLAB };
+	struct tnode node;
+	struct eng_blob ptr[N];
+	bool gone[N] = { 0 };
+	uint8_t *a = malloc(BLEN), *got = malloc(BLEN);
+	size_t len = BLEN;
+	uint64_t fr;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0); /* 4 MiB slabs */
+	db = open_db(&node);
+	for (unsigned i = 0; i < N; i++) {
+		const void *d = a;
+
+		fill(a, BLEN, 100 + i);
+		cr_assert_eq(eng_blob_put(db, 1, &d, &len, &ptr[i]), 0);
+	}
+	struct eng_stats s0 = stats(db);
+	for (unsigned i = 0; i < N; i++)
+		if (hole_at(i, 0)) {
+			eng_blob_free(db, &ptr[i], 1);
+			gone[i] = true;
+		}
+	eng_fault_arm(db, ENG_FAULT_PUNCH_LOG, 1);
+	cr_assert_eq(eng_sync(db), 0);
+	struct eng_stats s1 = stats(db);
+	pthread_mutex_lock(&db->blob_mu);
+	fr = eng_alloc_free_bytes(db->balloc);
+	pthread_mutex_unlock(&db->blob_mu);
+	cr_assert_eq(s1.blob_punches, 0, "%llu punches", (unsigned long long)s1.blob_punches);
+	cr_assert_eq(s1.blob_slabs, NSLABS, "a slab split without its record");
+	cr_assert_eq(s1.node_used, s0.node_used);
+	cr_assert_eq(fr, 8u << 20, "%llu KiB of the 8 MiB freed are left for file data",
+		     (unsigned long long)(fr >> 10));
+	check_live(db, ptr, gone, got);
+	/* the next release punches: 8 MiB + 256 KiB free, 4 MiB kept */
+	for (unsigned i = 0; i < N; i++)
+		if (hole_at(i, 1)) {
+			eng_blob_free(db, &ptr[i], 1);
+			gone[i] = true;
+			break;
+		}
+	cr_assert_eq(eng_sync(db), 0);
+	struct eng_stats s2 = stats(db);
+	cr_assert_geq(s2.blob_punches, 1, "no punch after the failed one");
+	cr_assert_eq(eng_close(db), 0);
+	db = open_db(&node);
+	cr_assert_eq(node_used(db), s2.node_used);
+	recover_live(db, ptr, gone);
+	check_live(db, ptr, gone, got);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	free(a);
+	free(got);
+}
+
 /* Reads over tcp while punches split the slabs they read: a punch revokes
  * the slab's grant, so a READ carrying it would fail (-DKV_E_GRANT, read as
  * corrupt); blob_io keeps them apart.  Two readers loop over the extents
