@@ -482,6 +482,12 @@ void net_conn_reaping(struct net_conn *c, bool on)
 		c->ops->conn_reaping(c, on);
 }
 
+void net_conn_blocked(struct net_conn *c, bool on)
+{
+	if (c->ops->conn_blocked)
+		c->ops->conn_blocked(c, on);
+}
+
 int net_set_fault(struct net_conn *c, const struct net_fault *f)
 {
 	if (!c || !f || f->drop_after < 0 || f->fail_nth < 0)

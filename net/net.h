@@ -254,8 +254,16 @@ int net_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, c
  * is not woken for what a spinning caller reaps anyway (on a 2-vCPU machine
  * that wakeup cost more than the work).  When the last such caller stops,
  * the fd is made readable if anything is left to reap, so nothing waits
- * longer than without it.  Calls nest and come from any thread. */
+ * longer than without it.  Calls nest and come from any thread.
+ * The stream backends' input thread also stays parked while anybody reaps
+ * (the reaper reads the socket itself), and is not woken when the last one
+ * stops: only net_conn_blocked wakes it. */
 void net_conn_reaping(struct net_conn *c, bool on);
+/* on: the caller is about to wait for a completion without driving c (it
+ * stopped spinning and sleeps until another thread hands the completion
+ * over), until it calls this with off.  The backend's own input thread then
+ * reads c for it.  Calls nest and come from any thread. */
+void net_conn_blocked(struct net_conn *c, bool on);
 
 /* ---- fault injection (every backend; rdma does it in the backend, not the NIC) ---- */
 struct net_fault {

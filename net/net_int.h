@@ -75,6 +75,7 @@ struct net_ops {
 	int (*poll)(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
 	int (*conn_fd)(const struct net_conn *c);
 	void (*conn_reaping)(struct net_conn *c, bool on); /* optional */
+	void (*conn_blocked)(struct net_conn *c, bool on); /* optional */
 	int (*set_fault)(struct net_conn *c, const struct net_fault *f);
 	void (*conn_stats)(const struct net_conn *c, struct net_stats *st);
 	/* optional: net_map_ptr */

@@ -105,6 +105,7 @@ int ns_post(struct net_conn *c, const struct net_wr *wr);
 int ns_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
 int ns_conn_fd(const struct net_conn *c);
 void ns_conn_reaping(struct net_conn *c, bool on);
+void ns_conn_blocked(struct net_conn *c, bool on);
 int ns_set_fault(struct net_conn *c, const struct net_fault *f);
 void ns_conn_stats(const struct net_conn *c, struct net_stats *st);
 int ns_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, const void **out);
@@ -121,8 +122,8 @@ int ns_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, co
 		.reject = ns_reject, .listener_close = ns_listener_close, .connect = ns_connect,   \
 		.conn_peer = ns_conn_peer, .conn_ok = ns_conn_ok, .close = ns_close,               \
 		.post = ns_post, .poll = ns_poll, .conn_fd = ns_conn_fd,                           \
-		.conn_reaping = ns_conn_reaping, .set_fault = ns_set_fault,                        \
-		.conn_stats = ns_conn_stats, .map_ptr = ns_map_ptr,                                \
+		.conn_reaping = ns_conn_reaping, .conn_blocked = ns_conn_blocked,                  \
+		.set_fault = ns_set_fault, .conn_stats = ns_conn_stats, .map_ptr = ns_map_ptr,     \
 	}
 
 /* net_req_peer_trusted / net_local_trust_group for the local backend. */

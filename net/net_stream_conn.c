@@ -196,16 +196,43 @@ int ns_conn_fd(const struct net_conn *cc)
 	return ((const struct ns_conn *)cc)->efd;
 }
 
+/* The rx thread parks while anybody reaps (a reaper reads the socket with
+ * net_poll(0)): on two vCPUs its spinning beside the reaper took the CPU
+ * the peer needed (readrandom over tcp 103k-151k ops/s against 163k-185k,
+ * docs/bench.md).  The last reaper to stop does not wake it: nobody needs
+ * it unless a thread blocks (ns_conn_blocked wakes it then), and a wakeup
+ * per operation costs as much as the spinning did.  Parked, it still wakes
+ * every NS_TICK_MS for op deadlines and input nobody waits for. */
 void ns_conn_reaping(struct net_conn *cc, bool on)
 {
 	struct ns_conn *c = (struct ns_conn *)cc;
 
+	if (on)
+		atomic_fetch_add(&c->pollers, 1);
 	pthread_mutex_lock(&c->mu);
 	if (on)
 		c->reapers++;
 	else if (!--c->reapers && ns_cq_ready(c))
 		ns_efd_arm(c); /* what came while nobody was woken for it */
 	pthread_mutex_unlock(&c->mu);
+	/* A thread that blocked while this one reaped left the input to
+	 * the rx thread, which is parked: wake it (blocked is read after the
+	 * decrement, and ns_conn_blocked signals after its increment, so one
+	 * of the two sees the other). */
+	if (!on && atomic_fetch_sub(&c->pollers, 1) == 1 && atomic_load(&c->blocked))
+		ns_rx_wake(c);
+}
+
+void ns_conn_blocked(struct net_conn *cc, bool on)
+{
+	struct ns_conn *c = (struct ns_conn *)cc;
+
+	if (!on) {
+		atomic_fetch_sub(&c->blocked, 1);
+		return;
+	}
+	atomic_fetch_add(&c->blocked, 1);
+	ns_rx_wake(c);
 }
 
 /* ------------------------------------------------------------------ */

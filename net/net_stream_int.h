@@ -263,7 +263,8 @@ struct ns_conn {
 	 * traffic and parks on rx_cond while pollers > 0. */
 	pthread_mutex_t rx_mu;
 	pthread_cond_t rx_cond; /* the rx thread parks here (rx_mu) */
-	atomic_uint pollers;	/* threads driving the connection from net_poll */
+	atomic_uint pollers;	/* threads driving the connection from net_poll, or reaping */
+	atomic_uint blocked;	/* threads waiting for the rx thread (net_conn_blocked) */
 	struct ns_reader rd;
 	int inbox[NS_FD_INBOX]; /* fds received with frames (rx_mu) */
 	unsigned ninbox;
@@ -374,9 +375,11 @@ void *ns_rx_main(void *arg);
  * or the error that broke c.  served (NULL ok) counts the frames served. */
 int ns_rx_progress(struct ns_conn *c, unsigned *served);
 /* Enter and leave the set of pollers driving c; leaving as the last one
- * hands the input back to the rx thread. */
+ * hands the input back to the rx thread (wakes it). */
 void ns_poller_enter(struct ns_conn *c);
 void ns_poller_leave(struct ns_conn *c);
+/* Wake the rx thread if it is parked (it then looks at pollers again). */
+void ns_rx_wake(struct ns_conn *c);
 
 /* ---- net_stream_map.c ---- */
 void ns_announce_mr(struct ns_conn *c, const struct ns_mr *m);

@@ -572,15 +572,19 @@ void ns_poller_enter(struct ns_conn *c)
 	atomic_fetch_add(&c->pollers, 1);
 }
 
-void ns_poller_leave(struct ns_conn *c)
+void ns_rx_wake(struct ns_conn *c)
 {
 	/* The rx thread tests pollers under rx_mu before it waits, so
 	 * signalling under rx_mu cannot be lost. */
-	if (atomic_fetch_sub(&c->pollers, 1) == 1) {
-		pthread_mutex_lock(&c->rx_mu);
-		pthread_cond_signal(&c->rx_cond);
-		pthread_mutex_unlock(&c->rx_mu);
-	}
+	pthread_mutex_lock(&c->rx_mu);
+	pthread_cond_signal(&c->rx_cond);
+	pthread_mutex_unlock(&c->rx_mu);
+}
+
+void ns_poller_leave(struct ns_conn *c)
+{
+	if (atomic_fetch_sub(&c->pollers, 1) == 1)
+		ns_rx_wake(c);
 }
 
 void *ns_rx_main(void *arg)

@@ -489,6 +489,9 @@ void ns_conn_break(struct ns_conn *c, int err)
 	set_broken_locked(c, err);
 	pthread_mutex_unlock(&c->mu);
 	shutdown(c->fd, SHUT_RDWR);
+	/* a parked rx thread flushes now, not at its next tick (without
+	 * rx_mu, which a caller may hold: at worst the tick does it) */
+	pthread_cond_signal(&c->rx_cond);
 }
 
 /* An answer carries an error: as on RDMA the QP goes to error, so the

@@ -283,22 +283,27 @@ static int ent_wait(struct rpc_chan *ch, uint32_t idx, uint32_t gen, int timeout
 		net_conn_reaping(ch->conn, false);
 
 	dkv_deadline_in(&dl, timeout_ms > 0 ? timeout_ms : ch->timeout_ms);
+	if (busy) /* the transport's own thread reads for us from now on */
+		net_conn_blocked(ch->conn, true);
 	pthread_mutex_lock(&ch->lock);
 	/* gen only changes in ent_get on a FREE entry, and only we free it. */
 	if (e->gen != gen || atomic_load(&e->state) == ENT_FREE) {
-		pthread_mutex_unlock(&ch->lock);
-		return -EINVAL;
+		rc = -EINVAL;
+		goto out;
 	}
 	while (atomic_load(&e->state) == ENT_BUSY) {
 		if (pthread_cond_timedwait(&e->cv, &ch->lock, &dl) == ETIMEDOUT &&
 		    atomic_load(&e->state) == ENT_BUSY) {
 			atomic_store(&e->state, ENT_ORPHAN);
-			pthread_mutex_unlock(&ch->lock);
-			return -ETIMEDOUT;
+			rc = -ETIMEDOUT;
+			goto out;
 		}
 	}
 	rc = e->status;
+out:
 	pthread_mutex_unlock(&ch->lock);
+	if (busy)
+		net_conn_blocked(ch->conn, false);
 	return rc;
 }
 

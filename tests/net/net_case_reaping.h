@@ -71,3 +71,41 @@ static void case_reaping_defers_the_fd(enum net_kind k)
 	cr_assert(!t_fd_ready(p.c), "fd readable after the reaper took everything");
 	t_pair_end(&p, &sm, &cm);
 }
+
+/* net_conn_blocked: the stream backends' input thread parks while anybody
+ * reaps and is not woken when the last reaper stops; a thread that then
+ * blocks for a completion (an rpc waiter after its spin) wakes it, so its
+ * answer is read at once and not at the parked thread's next tick (50 ms).
+ * Each round parks it first: a reaper held 60 ms (past a tick, where the
+ * input thread notices it), then the post, then the blocked wait on the
+ * fd.  Without the wake, 20 rounds took 804 ms. */
+static void case_blocked_wakes_the_input(enum net_kind k)
+{
+	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
+	int scale = e && atoi(e) > 1 ? atoi(e) : 1;
+	struct t_pair p;
+	struct t_mem sm, cm;
+	uint64_t total = 0;
+
+	t_pair_open(&p, k, NULL);
+	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE);
+	t_mem_init(&cm, p.cd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
+	for (uint64_t i = 1; i <= 20; i++) {
+		net_conn_reaping(p.c, true);
+		usleep(60 * 1000);
+		net_conn_reaping(p.c, false);
+		uint64_t t0 = dkv_mono_ns();
+		cr_assert_eq(net_post_write(p.c, i, cm.p, 64, cm.mr->lkey,
+					    (uint64_t)(uintptr_t)sm.p, sm.mr->rkey), 0);
+		net_conn_blocked(p.c, true);
+		bool ready = t_fd_ready_in(p.c, 5000);
+		net_conn_blocked(p.c, false);
+		total += dkv_mono_ns() - t0;
+		cr_assert(ready, "round %llu: no completion within 5 s", (unsigned long long)i);
+		cr_assert_eq(t_wait1(p.c, 5000).wr_id, i);
+	}
+	cr_assert_lt(total / 1000000, 150u * (unsigned)scale,
+		     "20 blocked waits took %llu ms: the input thread was not woken",
+		     (unsigned long long)(total / 1000000));
+	t_pair_end(&p, &sm, &cm);
+}

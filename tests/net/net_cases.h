@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/deadline.h"
 #include "common/err.h"
 #include "net/net.h"
 
@@ -965,3 +966,4 @@ NET_CASE(connect_timeout)
 NET_CASE(bad_posts)
 NET_CASE(latency)
 NET_CASE(reaping_defers_the_fd)
+NET_CASE(blocked_wakes_the_input)
