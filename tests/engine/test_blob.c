@@ -258,6 +258,20 @@ Test(blob, copies_are_made_on_the_node_and_share_nothing, .timeout = 60)
 #define PER_SLAB 16 /* 256 KiB extents in a 4 MiB slab */
 #define NSLABS   4
 
+/* Extents 0..n-1 of BLEN bytes, extent i filled from seed 100 + i (a is
+ * the caller's buffer). */
+static void put_extents(eng_db *db, struct eng_blob *ptr, unsigned n, uint8_t *a)
+{
+	size_t len = BLEN;
+
+	for (unsigned i = 0; i < n; i++) {
+		const void *d = a;
+
+		fill(a, BLEN, 100 + i);
+		cr_assert_eq(eng_blob_put(db, 1, &d, &len, &ptr[i]), 0);
+	}
+}
+
 static uint64_t node_used(eng_db *db)
 {
 	return stats(db).node_used;
@@ -309,12 +323,7 @@ Test(blob, free_pages_inside_slabs_go_back_to_the_node, .timeout = 120)
 
 	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0); /* 4 MiB slabs */
 	db = open_db(&node);
-	for (unsigned i = 0; i < N; i++) {
-		const void *d = a;
-
-		fill(a, BLEN, 100 + i);
-		cr_assert_eq(eng_blob_put(db, 1, &d, &len, &ptr[i]), 0);
-	}
+	put_extents(db, ptr, N, a);
 	struct eng_stats s0 = stats(db);
 	cr_assert_eq(s0.blob_slabs, NSLABS, "%llu slabs", (unsigned long long)s0.blob_slabs);
 	for (unsigned i = 0; i < N; i++)
@@ -384,18 +393,12 @@ Test(blob, a_punch_whose_record_fails_keeps_its_hole, .timeout = 120)
 	struct eng_blob ptr[N];
 	bool gone[N] = { 0 };
 	uint8_t *a = malloc(BLEN), *got = malloc(BLEN);
-	size_t len = BLEN;
 	uint64_t fr;
 	eng_db *db;
 
 	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0); /* 4 MiB slabs */
 	db = open_db(&node);
-	for (unsigned i = 0; i < N; i++) {
-		const void *d = a;
-
-		fill(a, BLEN, 100 + i);
-		cr_assert_eq(eng_blob_put(db, 1, &d, &len, &ptr[i]), 0);
-	}
+	put_extents(db, ptr, N, a);
 	struct eng_stats s0 = stats(db);
 	for (unsigned i = 0; i < N; i++)
 		if (hole_at(i, 0)) {
@@ -475,7 +478,6 @@ Test(blob, reads_over_tcp_never_fail_while_holes_are_punched, .timeout = 120)
 	static struct eng_blob ptr[N];
 	static bool stays[N];
 	uint8_t *a = malloc(BLEN);
-	size_t len = BLEN;
 	atomic_bool stop = false;
 	pthread_t th[2];
 	struct reader rd[2];
@@ -486,13 +488,9 @@ Test(blob, reads_over_tcp_never_fail_while_holes_are_punched, .timeout = 120)
 	o.transport = NET_TCP;
 	o.memtable_size = 1u << 20;
 	cr_assert_eq(eng_open(&o, &db), 0);
-	for (unsigned i = 0; i < N; i++) {
-		const void *d = a;
-
-		fill(a, BLEN, 100 + i);
-		cr_assert_eq(eng_blob_put(db, 1, &d, &len, &ptr[i]), 0);
+	put_extents(db, ptr, N, a);
+	for (unsigned i = 0; i < N; i++)
 		stays[i] = (i / 4) % 2 == 1; /* every other page of every slab */
-	}
 	for (int t = 0; t < 2; t++) {
 		rd[t] = (struct reader){ db, ptr, stays, &stop, 0, 0 };
 		cr_assert_eq(pthread_create(&th[t], NULL, read_loop, &rd[t]), 0);

@@ -77,13 +77,11 @@ Test(spin, out_of_range_is_refused)
 	cr_assert_neq(up("spin_us=-1"), 0, "spin_us=-1 mounted");
 }
 
-/* A request that waits (here a compaction asked through .dkvfs/compact, a
- * small WRITE served by the reader itself, while the memory node is
- * stopped) must not hold up the next one: the watcher passes the baton on
- * and a LOOKUP answered from the memtable comes back at once. */
-Test(spin, a_waiting_request_does_not_hold_up_the_next)
+/* Mount on an external memory node (extra_node, which a test may stop),
+ * retrying while it starts. */
+static void up_external(void)
 {
-	char listen[PATH_MAX + 32], extra[PATH_MAX + 64], out[64];
+	char listen[PATH_MAX + 32], extra[PATH_MAX + 64];
 	int rc = 1;
 
 	mt_node_start("256M", listen, sizeof(listen));
@@ -92,6 +90,17 @@ Test(spin, a_waiting_request_does_not_hold_up_the_next)
 		if ((rc = up(extra)))
 			usleep(100 * 1000);
 	cr_assert_eq(rc, 0, "mount of an external node failed");
+}
+
+/* A request that waits (here a compaction asked through .dkvfs/compact, a
+ * small WRITE served by the reader itself, while the memory node is
+ * stopped) must not hold up the next one: the watcher passes the baton on
+ * and a LOOKUP answered from the memtable comes back at once. */
+Test(spin, a_waiting_request_does_not_hold_up_the_next)
+{
+	char out[64];
+
+	up_external();
 	cr_assert_eq(sh("echo x > %s/b && sync && echo 2 > /proc/sys/vm/drop_caches", MNT), 0);
 	cr_assert_eq(kill(extra_node, SIGSTOP), 0);
 	pid_t c = fork();
@@ -124,16 +133,10 @@ static int task_count(pid_t pid)
 Test(spin, waiting_requests_get_at_most_64_threads, .timeout = 180)
 {
 	enum { CROWD = 96 };
-	char listen[PATH_MAX + 32], extra[PATH_MAX + 64];
 	pid_t kids[CROWD], pid;
-	int rc = 1, before, peak, n;
+	int before, peak, n;
 
-	mt_node_start("256M", listen, sizeof(listen));
-	snprintf(extra, sizeof(extra), "memnode=%s", listen);
-	for (int tries = 0; tries < 50 && rc; tries++)
-		if ((rc = up(extra)))
-			usleep(100 * 1000);
-	cr_assert_eq(rc, 0, "mount of an external node failed");
+	up_external();
 	cr_assert_eq(sh("echo x > %s/b", MNT), 0);
 	{
 		char out[32]; /* no data_dir lock with an external node: by its options */
