@@ -222,3 +222,33 @@ Test(async_wal, waited_writes_sync_and_flush_wait_for_the_posted, .timeout = 60)
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
+
+/* eng_close returns only once every posted record is in: with each frame
+ * held back 20 ms, ten posted writes are still queued when close starts,
+ * and the fifth fails, so close must see that and write it again; a
+ * reopen must find them all. */
+Test(async_wal, close_waits_for_the_posted, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct net_fault f = { .delay_us = 20000, .fail_nth = 5 };
+	eng_db *db;
+	unsigned i;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.transport = NET_TCP;
+	o.memtable_size = 8u << 20;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(net_set_fault(mn_client_conn(db->mc), &f), 0);
+	for (i = 0; i < 10; i++)
+		cr_assert_eq(put_i(db, &posted, i), 0);
+	cr_assert_gt(busy_posts(db), 0, "nothing was left in flight");
+	cr_assert_eq(eng_close(db), 0);
+
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (i = 0; i < 10; i++)
+		cr_assert(has_i(db, i), "key %u lost at close", i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
