@@ -268,6 +268,9 @@ void net_conn_blocked(struct net_conn *c, bool on);
 /* ---- fault injection (every backend; rdma does it in the backend, not the NIC) ---- */
 struct net_fault {
 	unsigned delay_us;  /* delay every outgoing frame */
+	unsigned sent_delay_us; /* stream backends: a frame's sendmsg returns, then this
+				   long before its poster is told it is out (the race of an
+				   answer that overtakes its own sender; ignored over rdma) */
 	long drop_after;    /* break the connection after this many posts (0: never) */
 	long fail_nth;      /* the Nth post from now completes with -EIO (0: never) */
 };

@@ -256,6 +256,7 @@ struct ns_conn {
 	size_t tx_off;
 	bool writer_active, helper_wanted, helper_stop, tx_dead;
 	atomic_uint delay_us;
+	atomic_uint sent_delay_us; /* net_fault.sent_delay_us */
 
 	/* Input, read and served by whoever holds rx_mu: a thread waiting in
 	 * net_poll (it drives the connection itself, as ibv_poll_cq runs in the

@@ -307,6 +307,7 @@ int ns_set_fault(struct net_conn *cc, const struct net_fault *f)
 	struct ns_conn *c = to_conn(cc);
 	pthread_mutex_lock(&c->mu);
 	atomic_store(&c->delay_us, f->delay_us);
+	atomic_store(&c->sent_delay_us, f->sent_delay_us);
 	c->drop_after = f->drop_after > 0 ? c->posts + f->drop_after : 0;
 	c->fail_at = f->fail_nth > 0 ? c->posts + f->fail_nth : 0;
 	pthread_mutex_unlock(&c->mu);

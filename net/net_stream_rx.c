@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -344,28 +345,61 @@ static int rx_deliver(struct ns_reader *rd, const struct ns_hdr *h, bool imm)
 	return err;
 }
 
-/* Complete s with the status the peer answered; an error breaks the
- * connection.  Called with mu held, returns with it released. */
 /* The peer answered the frame of s, so the kernel had copied all of it; but
  * the thread that sent it may not have got back from sendmsg yet.  Wait for
- * it (briefly) so that "sendmsg done reading the payload" happens-before the
+ * it so that "sendmsg done reading the payload" happens-before the
  * completion the poster sees: only then may it free or reuse the buffer.
  * (The order through the socket is real but invisible to the memory model
- * and to ThreadSanitizer.)  Bounded: a peer that answers a frame we never
- * finished sending is broken, and the WR fails anyway. */
-static void wait_sent(struct ns_txe *e)
+ * and to ThreadSanitizer.)  The sender needs no lock of ours to finish, so
+ * mu is dropped meanwhile: a few yields, then short sleeps (a sender
+ * preempted for a while on a loaded machine: a bound of 100,000 yields ran
+ * out under ThreadSanitizer in CI, compaction::node_killed_mid_compaction),
+ * up to op_timeout.  mu held on entry and on return.  1 when sent, 0 when
+ * it never was (the peer answered a frame we never sent whole: the
+ * connection must break), -1 when the flush of a breaking connection (the
+ * rx thread, without rx_mu) completed s meanwhile: it is no longer ours. */
+static int wait_sent(struct ns_conn *c, struct ns_slot *s)
 {
-	for (int i = 0; i < 100000 && !atomic_load_explicit(&e->sent, memory_order_acquire); i++)
-		sched_yield();
+	uint64_t seq = s->seq, deadline;
+
+	if (atomic_load_explicit(&s->txe.sent, memory_order_acquire))
+		return 1;
+	pthread_mutex_unlock(&c->mu);
+	deadline = dkv_mono_ns() + (uint64_t)c->o.op_timeout_ms * 1000000ull;
+	for (unsigned i = 0; !atomic_load_explicit(&s->txe.sent, memory_order_acquire); i++) {
+		if (i < 1000) {
+			sched_yield();
+			continue;
+		}
+		if (dkv_mono_ns() > deadline)
+			break;
+		usleep(100);
+	}
+	pthread_mutex_lock(&c->mu);
+	if (s->seq != seq || s->done)
+		return -1;
+	return atomic_load_explicit(&s->txe.sent, memory_order_acquire) ? 1 : 0;
 }
 
+/* Complete s with the status the peer answered; an error breaks the
+ * connection.  Called with mu held, returns with it released. */
 static int answer_complete(struct ns_conn *c, struct ns_slot *s, int status)
 {
 	/* an error answer too: the poster reuses the buffer once the WR
 	 * completes, failed or not (an rpc reply buffer was taken by the next
 	 * reply while this one's sendmsg still read it: ThreadSanitizer in
 	 * compaction::node_killed_mid_compaction) */
-	wait_sent(&s->txe);
+	int sent = wait_sent(c, s);
+
+	if (sent < 0) {
+		pthread_mutex_unlock(&c->mu);
+		return -ECONNRESET;
+	}
+	if (!sent && !status) {
+		dkv_warn("net: %s answered a frame that was never sent whole; closing",
+			 c->peer);
+		status = -EPROTO;
+	}
 	if (status)
 		ns_slot_fail_and_break(c, s, status);
 	else

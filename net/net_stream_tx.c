@@ -104,8 +104,8 @@ static int txe_iov(const struct ns_txe *e, size_t from, struct iovec *iov)
  * when the socket stays full for timeout_ms; other -errno.  Bytes written
  * are added to *sent, sendmsg calls that wrote some to *calls. */
 static int txv_write(int fd, struct ns_txe **b, size_t n, size_t *done, size_t *off,
-		     enum tx_mode mode, int timeout_ms, atomic_uint_fast64_t *sent,
-		     atomic_uint_fast64_t *calls)
+		     enum tx_mode mode, int timeout_ms, unsigned sent_delay_us,
+		     atomic_uint_fast64_t *sent, atomic_uint_fast64_t *calls)
 {
 	union {
 		struct cmsghdr align;
@@ -139,6 +139,8 @@ static int txv_write(int fd, struct ns_txe **b, size_t n, size_t *done, size_t *
 			size_t left = (size_t)w;
 			atomic_fetch_add_explicit(sent, (uint64_t)w, memory_order_relaxed);
 			atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
+			if (sent_delay_us)
+				usleep(sent_delay_us); /* test fault (net_set_fault) */
 			while (left) {
 				size_t rem = NS_HDR_SIZE + b[*done]->dlen - *off;
 				if (left < rem) {
@@ -178,7 +180,7 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 	size_t off = 0, done;
 
 	ns_hdr_encode(e.hdr, h);
-	return txv_write(fd, &b, 1, &done, &off, TX_BLOCK, ms_left(deadline), &sent, &calls);
+	return txv_write(fd, &b, 1, &done, &off, TX_BLOCK, ms_left(deadline), 0, &sent, &calls);
 }
 
 /* READ reply bytes waiting to be sent in this process (all connections).
@@ -311,8 +313,9 @@ static void tx_drain(struct ns_conn *c, enum tx_mode mode)
 		pthread_mutex_unlock(&c->tx_mu);
 		if (delay && off == 0)
 			usleep(delay);
-		r = txv_write(c->fd, b, n, &done, &off, mode, c->o.op_timeout_ms, &c->bytes_sent,
-			      &c->sends);
+		r = txv_write(c->fd, b, n, &done, &off, mode, c->o.op_timeout_ms,
+			      atomic_load_explicit(&c->sent_delay_us, memory_order_relaxed),
+			      &c->bytes_sent, &c->sends);
 		pthread_mutex_lock(&c->tx_mu);
 		for (size_t i = 0; i < done; i++)
 			txe_release(c, b[i]);

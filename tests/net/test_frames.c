@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -735,4 +736,82 @@ Test(frames, an_answer_does_not_wait_for_a_half_frame, .timeout = 30)
 	cr_assert_eq(memcmp(got, region, sizeof(region)), 0);
 	cr_assert_lt(took, 1.0, "the reply waited %.3f s behind a half frame", took);
 	read_peer_close(&p);
+}
+
+struct poster {
+	struct net_conn *c;
+	struct net_mr *mr;
+	void *buf;
+	int rc;
+};
+
+static void *post_one_write(void *arg)
+{
+	struct poster *p = arg;
+
+	p->rc = net_post_write(p->c, 7, p->buf, 4096, p->mr->lkey, 0x1000, 5);
+	return NULL;
+}
+
+/* The peer's answer can overtake its own frame's sender: the kernel copied
+ * the frame, the peer answered, and the thread that sent it has not got
+ * back from sendmsg yet.  The completion must wait for that thread, or the
+ * poster reuses a buffer that sendmsg still reads (an rpc reply buffer
+ * taken by the next reply: ThreadSanitizer in CI).  Here the sender is
+ * held 1 s after its sendmsg (net_fault.sent_delay_us) while the raw peer
+ * answers at once; the completion must not come before.  It came after
+ * ~0.1 s when the wait for the sender gave up after 100,000 yields. */
+Test(frames, an_answer_never_completes_a_frame_still_being_sent, .timeout = 30)
+{
+	struct net_conn_opts o = {.op_timeout_ms = 5000, .max_recv_wr = 8};
+	struct net_fault f = {.sent_delay_us = 1000 * 1000};
+	static uint8_t buf[4096], got[4096];
+	struct poster p = {.buf = buf};
+	struct net_domain *d;
+	struct net_wc wc;
+	struct ns_hdr h;
+	uint8_t hb[NS_HDR_SIZE];
+	pthread_t t;
+	int sv[2], n = 0;
+
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_reg_mr(d, buf, sizeof(buf), NET_ACCESS_LOCAL_WRITE, &p.mr), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cr_assert_eq(ns_conn_from_fd(d, sv[0], &o, "overtaken", &p.c), 0);
+	cr_assert_eq(net_set_fault(p.c, &f), 0);
+	uint64_t t0 = now_ms();
+	cr_assert_eq(pthread_create(&t, NULL, post_one_write, &p), 0);
+	/* the WRITE arrives whole; answer it at once */
+	for (size_t k = 0; k < sizeof(hb);) {
+		ssize_t r = read(sv[1], hb + k, sizeof(hb) - k);
+		cr_assert_gt(r, 0, "no frame");
+		k += (size_t)r;
+	}
+	cr_assert_eq(ns_hdr_decode(hb, &h), 0);
+	cr_assert_eq(h.op, NS_WRITE);
+	cr_assert_eq(h.len, sizeof(got));
+	for (size_t k = 0; k < sizeof(got);) {
+		ssize_t r = read(sv[1], got + k, sizeof(got) - k);
+		cr_assert_gt(r, 0, "no payload");
+		k += (size_t)r;
+	}
+	struct ns_hdr a = {.op = NS_ACK, .seq = h.seq};
+	ns_hdr_encode(hb, &a);
+	cr_assert_eq(write(sv[1], hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	uint64_t answered = now_ms() - t0;
+	cr_assert_lt(answered, 800, "the answer went out only after %llu ms: nothing tested",
+		     (unsigned long long)answered);
+	while (n == 0 && now_ms() - t0 < 10000)
+		n = net_poll(p.c, &wc, 1, 50);
+	uint64_t completed = now_ms() - t0;
+	pthread_join(t, NULL);
+	cr_assert_eq(p.rc, 0);
+	cr_assert_eq(n, 1, "no completion");
+	cr_assert_eq(wc.status, 0);
+	cr_assert_geq(completed, 950, "completed %llu ms after the post, while its sender was "
+		      "still in sendmsg (held 1000 ms)", (unsigned long long)completed);
+	close(sv[1]);
+	net_close(p.c);
+	net_dereg_mr(p.mr);
+	net_domain_destroy(d);
 }
