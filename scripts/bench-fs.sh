@@ -82,6 +82,10 @@ DATA=$BASE/data        # dkvfs data_dir (embedded memory node region)
 MNT=$(mktemp -d /tmp/dkvfs-bench-mnt.XXXXXX)
 PT=$(mktemp -d /tmp/dkvfs-bench-pt.XXXXXX)   # passthrough mount (of $BASE/ptback)
 mkdir -p "$SRC" "$TMP" "$DATA" "$BASE/ptback"
+# The tmpfs side gets a tmpfs of its own without an inode limit (as root):
+# the source's, the passthrough's and its own million-file bulk trees do not
+# fit in /dev/shm's ~3.08M inodes, and its fs_bulk_create came out NA.
+mount -t tmpfs -o nr_inodes=0,size=50% dkvfs-bench "$TMP" 2>/dev/null && TMP_MOUNTED=1
 DPID=
 r=()
 
@@ -95,6 +99,7 @@ cleanup() {
 		fusermount3 -u "$PT" 2>/dev/null || fusermount3 -u -z "$PT" 2>/dev/null
 	fi
 	rmdir "$PT" 2>/dev/null
+	[ -n "${TMP_MOUNTED:-}" ] && umount "$TMP" 2>/dev/null
 	if [ -n "$DPID" ]; then
 		# The daemon flushes and exits after the unmount; give it a bound.
 		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
