@@ -760,7 +760,7 @@ static void *post_one_write(void *arg)
  * taken by the next reply: ThreadSanitizer in CI).  Here the sender is
  * held 1 s after its sendmsg (net_fault.sent_delay_us) while the raw peer
  * answers at once; the completion must not come before.  It came after
- * ~0.1 s when the wait for the sender gave up after 100,000 yields. */
+ * 40 ms when the wait for the sender gave up after 100,000 yields. */
 Test(frames, an_answer_never_completes_a_frame_still_being_sent, .timeout = 30)
 {
 	struct net_conn_opts o = {.op_timeout_ms = 5000, .max_recv_wr = 8};
