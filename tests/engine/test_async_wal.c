@@ -37,6 +37,30 @@ static int has_i(eng_db *db, unsigned i)
 	return 1;
 }
 
+/* A node of 128 MiB and a volume on it over tcp (8 MiB memtables, so no
+ * switch drains the posts), op_timeout_ms 0 for the default. */
+static void open_tcp(struct tnode *node, struct eng_options *o, eng_db **db, int op_timeout_ms)
+{
+	cr_assert_eq(tnode_start(node, 128u << 20, NULL, NULL), 0);
+	topts(o, node);
+	o->transport = NET_TCP;
+	o->memtable_size = 8u << 20;
+	if (op_timeout_ms)
+		o->op_timeout_ms = op_timeout_ms;
+	cr_assert_eq(eng_open(o, db), 0);
+}
+
+/* Reopen the volume: keys 0..n-1 must all be there. */
+static void reopen_has_all(const struct eng_options *o, unsigned n)
+{
+	eng_db *db;
+
+	cr_assert_eq(eng_open(o, &db), 0);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert(has_i(db, i), "key %u lost", i);
+	cr_assert_eq(eng_close(db), 0);
+}
+
 /* The child writes keys 0, 1, 2, ... with async_wal and sends each index
  * whose put returned 0 down fd. */
 static void writer(const struct eng_options *o, int fd)
@@ -124,11 +148,7 @@ Test(async_wal, a_failed_post_is_written_again, .timeout = 60)
 	eng_db *db;
 	unsigned i;
 
-	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.transport = NET_TCP;
-	o.memtable_size = 8u << 20;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_tcp(&node, &o, &db, 0);
 	for (i = 0; i < 100; i++)
 		cr_assert_eq(put_i(db, &posted, i), 0);
 	cr_assert_eq(eng_sync(db), 0);
@@ -141,11 +161,7 @@ Test(async_wal, a_failed_post_is_written_again, .timeout = 60)
 	for (; i < 310; i++)
 		cr_assert_eq(put_i(db, NULL, i), 0, "waited put %u", i);
 	cr_assert_eq(eng_close(db), 0);
-
-	cr_assert_eq(eng_open(&o, &db), 0);
-	for (i = 0; i < 310; i++)
-		cr_assert(has_i(db, i), "key %u lost", i);
-	cr_assert_eq(eng_close(db), 0);
+	reopen_has_all(&o, 310);
 	tnode_stop(&node);
 }
 
@@ -161,12 +177,7 @@ Test(async_wal, a_post_that_cannot_be_written_stops_the_writes, .timeout = 90)
 	int r = 0;
 	uint64_t t0;
 
-	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.transport = NET_TCP;
-	o.memtable_size = 8u << 20;
-	o.op_timeout_ms = 1000 * test_time_scale();
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_tcp(&node, &o, &db, 1000 * test_time_scale());
 	for (i = 0; i < 50; i++)
 		cr_assert_eq(put_i(db, &posted, i), 0);
 	tnode_stop(&node);
@@ -202,11 +213,7 @@ Test(async_wal, waited_writes_sync_and_flush_wait_for_the_posted, .timeout = 60)
 	eng_db *db;
 	unsigned i = 0;
 
-	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.transport = NET_TCP;
-	o.memtable_size = 8u << 20;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_tcp(&node, &o, &db, 0);
 	for (int step = 0; step < 3; step++) {
 		for (unsigned n = i + 10; i < n; i++)
 			cr_assert_eq(put_i(db, &posted, i), 0);
@@ -235,20 +242,12 @@ Test(async_wal, close_waits_for_the_posted, .timeout = 60)
 	eng_db *db;
 	unsigned i;
 
-	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.transport = NET_TCP;
-	o.memtable_size = 8u << 20;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_tcp(&node, &o, &db, 0);
 	cr_assert_eq(net_set_fault(mn_client_conn(db->mc), &f), 0);
 	for (i = 0; i < 10; i++)
 		cr_assert_eq(put_i(db, &posted, i), 0);
 	cr_assert_gt(busy_posts(db), 0, "nothing was left in flight");
 	cr_assert_eq(eng_close(db), 0);
-
-	cr_assert_eq(eng_open(&o, &db), 0);
-	for (i = 0; i < 10; i++)
-		cr_assert(has_i(db, i), "key %u lost at close", i);
-	cr_assert_eq(eng_close(db), 0);
+	reopen_has_all(&o, 10);
 	tnode_stop(&node);
 }
