@@ -815,3 +815,49 @@ Test(frames, an_answer_never_completes_a_frame_still_being_sent, .timeout = 30)
 	net_dereg_mr(p.mr);
 	net_domain_destroy(d);
 }
+
+/* A peer that answers a frame we never finished sending is broken: a 16 MiB
+ * WRITE sticks in a socket the peer stops reading after the header, and the
+ * peer acknowledges it anyway.  The WRITE fails with -EPROTO (not 0: its
+ * bytes never all left) and the connection breaks. */
+Test(frames, an_answer_to_a_frame_never_sent_whole_breaks_the_connection, .timeout = 30)
+{
+	enum { LEN = 16 << 20 };
+	struct net_conn_opts o = {.op_timeout_ms = 1000, .max_recv_wr = 8};
+	uint8_t *buf = calloc(1, LEN), hb[NS_HDR_SIZE];
+	struct net_domain *d;
+	struct net_conn *c;
+	struct net_mr *mr;
+	struct net_wc wc;
+	struct ns_hdr h;
+	int sv[2], n = 0;
+
+	cr_assert(buf);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_reg_mr(d, buf, LEN, NET_ACCESS_LOCAL_WRITE, &mr), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cr_assert_eq(ns_conn_from_fd(d, sv[0], &o, "half-sent", &c), 0);
+	cr_assert_eq(net_post_write(c, 9, buf, LEN, mr->lkey, 0x1000, 5), 0);
+	for (size_t k = 0; k < sizeof(hb);) {
+		ssize_t r = read(sv[1], hb + k, sizeof(hb) - k);
+		cr_assert_gt(r, 0, "no frame");
+		k += (size_t)r;
+	}
+	cr_assert_eq(ns_hdr_decode(hb, &h), 0);
+	cr_assert_eq(h.op, NS_WRITE);
+	struct ns_hdr a = {.op = NS_ACK, .seq = h.seq};
+	ns_hdr_encode(hb, &a);
+	cr_assert_eq(write(sv[1], hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	uint64_t t0 = now_ms();
+	while (n == 0 && now_ms() - t0 < 10000)
+		n = net_poll(c, &wc, 1, 50);
+	cr_assert_eq(n, 1, "no completion");
+	cr_assert_eq(wc.status, -EPROTO, "a WRITE never sent whole completed with %d", wc.status);
+	cr_assert_eq(net_post_write(c, 10, buf, 4096, mr->lkey, 0x1000, 5), -ENOTCONN,
+		     "the connection still takes posts");
+	close(sv[1]);
+	net_close(c);
+	net_dereg_mr(mr);
+	net_domain_destroy(d);
+	free(buf);
+}
