@@ -738,6 +738,29 @@ Test(frames, an_answer_does_not_wait_for_a_half_frame, .timeout = 30)
 	read_peer_close(&p);
 }
 
+/* The raw peer's side of the two tests below: read one frame header,
+ * acknowledge a frame. */
+static void read_hdr(int fd, struct ns_hdr *h)
+{
+	uint8_t hb[NS_HDR_SIZE];
+
+	for (size_t k = 0; k < sizeof(hb);) {
+		ssize_t r = read(fd, hb + k, sizeof(hb) - k);
+		cr_assert_gt(r, 0, "no frame");
+		k += (size_t)r;
+	}
+	cr_assert_eq(ns_hdr_decode(hb, h), 0);
+}
+
+static void send_ack(int fd, uint64_t seq)
+{
+	uint8_t hb[NS_HDR_SIZE];
+	struct ns_hdr a = {.op = NS_ACK, .seq = seq};
+
+	ns_hdr_encode(hb, &a);
+	cr_assert_eq(write(fd, hb, sizeof(hb)), (ssize_t)sizeof(hb));
+}
+
 struct poster {
 	struct net_conn *c;
 	struct net_mr *mr;
@@ -770,7 +793,6 @@ Test(frames, an_answer_never_completes_a_frame_still_being_sent, .timeout = 30)
 	struct net_domain *d;
 	struct net_wc wc;
 	struct ns_hdr h;
-	uint8_t hb[NS_HDR_SIZE];
 	pthread_t t;
 	int sv[2], n = 0;
 
@@ -782,12 +804,7 @@ Test(frames, an_answer_never_completes_a_frame_still_being_sent, .timeout = 30)
 	uint64_t t0 = now_ms();
 	cr_assert_eq(pthread_create(&t, NULL, post_one_write, &p), 0);
 	/* the WRITE arrives whole; answer it at once */
-	for (size_t k = 0; k < sizeof(hb);) {
-		ssize_t r = read(sv[1], hb + k, sizeof(hb) - k);
-		cr_assert_gt(r, 0, "no frame");
-		k += (size_t)r;
-	}
-	cr_assert_eq(ns_hdr_decode(hb, &h), 0);
+	read_hdr(sv[1], &h);
 	cr_assert_eq(h.op, NS_WRITE);
 	cr_assert_eq(h.len, sizeof(got));
 	for (size_t k = 0; k < sizeof(got);) {
@@ -795,9 +812,7 @@ Test(frames, an_answer_never_completes_a_frame_still_being_sent, .timeout = 30)
 		cr_assert_gt(r, 0, "no payload");
 		k += (size_t)r;
 	}
-	struct ns_hdr a = {.op = NS_ACK, .seq = h.seq};
-	ns_hdr_encode(hb, &a);
-	cr_assert_eq(write(sv[1], hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	send_ack(sv[1], h.seq);
 	uint64_t answered = now_ms() - t0;
 	cr_assert_lt(answered, 800, "the answer went out only after %llu ms: nothing tested",
 		     (unsigned long long)answered);
@@ -824,7 +839,7 @@ Test(frames, an_answer_to_a_frame_never_sent_whole_breaks_the_connection, .timeo
 {
 	enum { LEN = 16 << 20 };
 	struct net_conn_opts o = {.op_timeout_ms = 1000, .max_recv_wr = 8};
-	uint8_t *buf = calloc(1, LEN), hb[NS_HDR_SIZE];
+	uint8_t *buf = calloc(1, LEN);
 	struct net_domain *d;
 	struct net_conn *c;
 	struct net_mr *mr;
@@ -838,16 +853,9 @@ Test(frames, an_answer_to_a_frame_never_sent_whole_breaks_the_connection, .timeo
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	cr_assert_eq(ns_conn_from_fd(d, sv[0], &o, "half-sent", &c), 0);
 	cr_assert_eq(net_post_write(c, 9, buf, LEN, mr->lkey, 0x1000, 5), 0);
-	for (size_t k = 0; k < sizeof(hb);) {
-		ssize_t r = read(sv[1], hb + k, sizeof(hb) - k);
-		cr_assert_gt(r, 0, "no frame");
-		k += (size_t)r;
-	}
-	cr_assert_eq(ns_hdr_decode(hb, &h), 0);
+	read_hdr(sv[1], &h);
 	cr_assert_eq(h.op, NS_WRITE);
-	struct ns_hdr a = {.op = NS_ACK, .seq = h.seq};
-	ns_hdr_encode(hb, &a);
-	cr_assert_eq(write(sv[1], hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	send_ack(sv[1], h.seq);
 	uint64_t t0 = now_ms();
 	while (n == 0 && now_ms() - t0 < 10000)
 		n = net_poll(c, &wc, 1, 50);
