@@ -490,7 +490,8 @@ void net_conn_blocked(struct net_conn *c, bool on)
 
 int net_set_fault(struct net_conn *c, const struct net_fault *f)
 {
-	if (!c || !f || f->drop_after < 0 || f->fail_nth < 0)
+	if (!c || !f || f->drop_after < 0 || f->fail_nth < 0 ||
+	    f->fail_count < 0)
 		return -EINVAL;
 	return c->ops->set_fault(c, f);
 }

@@ -273,6 +273,7 @@ struct net_fault {
 				   answer that overtakes its own sender; ignored over rdma) */
 	long drop_after;    /* break the connection after this many posts (0: never) */
 	long fail_nth;      /* the Nth post from now completes with -EIO (0: never) */
+	long fail_count;    /* with fail_nth: so do this many posts in a row (0 or 1: one) */
 };
 int net_set_fault(struct net_conn *c, const struct net_fault *f);
 

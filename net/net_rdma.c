@@ -514,9 +514,10 @@ static bool nrdma_fault_step(struct nrdma_conn *c, uint32_t idx)
 
 	pthread_mutex_lock(&c->slot_lock);
 	c->posts++;
-	if (c->fail_at && c->posts == c->fail_at) {
+	if (c->fail_at && c->posts >= c->fail_at) {
 		c->slots[idx].fail = 1;
-		c->fail_at = 0;
+		if (c->posts + 1 >= c->fail_end)
+			c->fail_at = 0;
 	}
 	drop = c->drop_at && c->posts >= c->drop_at;
 	pthread_mutex_unlock(&c->slot_lock);
@@ -940,6 +941,7 @@ static int nrdma_set_fault(struct net_conn *nc, const struct net_fault *f)
 	pthread_mutex_lock(&c->slot_lock);
 	c->drop_at = f->drop_after > 0 ? c->posts + (uint64_t)f->drop_after : 0;
 	c->fail_at = f->fail_nth > 0 ? c->posts + (uint64_t)f->fail_nth : 0;
+	c->fail_end = c->fail_at + (uint64_t)(f->fail_count > 1 ? f->fail_count : 1);
 	pthread_mutex_unlock(&c->slot_lock);
 	atomic_store(&c->delay_us, f->delay_us);
 	return 0;

@@ -125,6 +125,7 @@ struct nrdma_conn {
 	uint32_t nfree_send, nfree_recv;
 	uint32_t inflight;
 	uint64_t posts, fail_at, drop_at; /* net_set_fault: post numbers, 0 = never */
+	uint64_t fail_end;		  /* the first post after fail_at's run that does not fail */
 	_Atomic unsigned delay_us;
 
 	pthread_mutex_t poll_lock;  /* held by the one thread inside net_poll */

@@ -240,6 +240,7 @@ struct ns_conn {
 	long posts;	 /* fault injection counters */
 	long drop_after; /* absolute post count, 0: never */
 	long fail_at;	 /* absolute post count, 0: never */
+	long fail_end;	 /* the first post after fail_at's run that does not fail */
 	atomic_uint gen; /* bumped on each completion, for spinners */
 
 	pthread_rwlock_t rlock; /* rmaps, rgrants */

@@ -34,8 +34,9 @@ static int fault_count(struct ns_conn *c, bool *drop)
 {
 	c->posts++;
 	*drop = c->drop_after && c->posts >= c->drop_after;
-	if (c->fail_at && c->posts == c->fail_at) {
-		c->fail_at = 0;
+	if (c->fail_at && c->posts >= c->fail_at) {
+		if (c->posts + 1 >= c->fail_end)
+			c->fail_at = 0;
 		return -EIO;
 	}
 	return 0;
@@ -310,6 +311,7 @@ int ns_set_fault(struct net_conn *cc, const struct net_fault *f)
 	atomic_store(&c->sent_delay_us, f->sent_delay_us);
 	c->drop_after = f->drop_after > 0 ? c->posts + f->drop_after : 0;
 	c->fail_at = f->fail_nth > 0 ? c->posts + f->fail_nth : 0;
+	c->fail_end = c->fail_at + (f->fail_count > 1 ? f->fail_count : 1);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
 }

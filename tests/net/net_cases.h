@@ -795,6 +795,26 @@ static void case_close_peer(enum net_kind k)
 	t_pair_end(&p, &sm, &cm);
 }
 
+/* Set f, post n WRITEs (wr_id 1..n): exactly ops fail_lo..fail_hi must
+ * complete with -EIO, in order, and the connection stays up. */
+static void faults_run(struct t_pair *p, struct t_mem *sm, struct t_mem *cm,
+		       const struct net_fault *f, int n, int fail_lo, int fail_hi)
+{
+	cr_assert_eq(net_set_fault(p->c, f), 0);
+	for (int i = 1; i <= n; i++)
+		cr_assert_eq(net_post_write(p->c, (uint64_t)i, cm->p, 100, cm->mr->lkey,
+					    (uintptr_t)sm->p, sm->mr->rkey),
+			     0);
+	for (int i = 1; i <= n; i++) {
+		struct net_wc wc = t_wait1(p->c, 5000);
+		cr_assert_eq(wc.wr_id, (uint64_t)i);
+		cr_assert_eq(wc.status, i >= fail_lo && i <= fail_hi ? -EIO : 0,
+			     "fail_nth %ld fail_count %ld, op %d: %s", f->fail_nth, f->fail_count, i,
+			     dkv_strerror(wc.status));
+	}
+	cr_assert(net_conn_ok(p->c));
+}
+
 static void case_faults(enum net_kind k)
 {
 	struct t_pair p;
@@ -804,17 +824,10 @@ static void case_faults(enum net_kind k)
 	t_pair_open(&p, k, NULL);
 	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE);
 	t_mem_init(&cm, p.cd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
-	cr_assert_eq(net_set_fault(p.c, &f), 0);
-	for (int i = 1; i <= 5; i++)
-		cr_assert_eq(net_post_write(p.c, (uint64_t)i, cm.p, 100, cm.mr->lkey,
-					    (uintptr_t)sm.p, sm.mr->rkey),
-			     0);
-	for (int i = 1; i <= 5; i++) {
-		struct net_wc wc = t_wait1(p.c, 5000);
-		cr_assert_eq(wc.wr_id, (uint64_t)i);
-		cr_assert_eq(wc.status, i == 3 ? -EIO : 0, "op %d: %s", i, dkv_strerror(wc.status));
-	}
-	cr_assert(net_conn_ok(p.c));
+	faults_run(&p, &sm, &cm, &f, 5, 3, 3);
+	/* fail_count: posts 2 and 3 from now fail, 1 and 4 do not */
+	f = (struct net_fault){.fail_nth = 2, .fail_count = 2};
+	faults_run(&p, &sm, &cm, &f, 4, 2, 3);
 
 	/* delay: every frame waits */
 	f = (struct net_fault){.delay_us = 20000};
@@ -843,8 +856,8 @@ static void case_faults(enum net_kind k)
 	cr_assert_eq(net_poll(p.c, &wc, 1, 50), 0);
 	struct net_stats st;
 	net_conn_stats(p.c, &st);
-	cr_assert_eq(st.ops_posted, 8);
-	cr_assert_eq(st.ops_completed, 8);
+	cr_assert_eq(st.ops_posted, 12);
+	cr_assert_eq(st.ops_completed, 12);
 	cr_assert_geq(st.ops_failed, 1);
 	cr_assert_gt(st.bytes_sent, 0);
 	t_pair_end(&p, &sm, &cm);
