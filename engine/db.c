@@ -8,8 +8,10 @@
  *      the memtable (switch / stall), assigns the group's sequence numbers —
  *      one contiguous range, so the memtable it inserts into owns that range —
  *      writes the group as ONE WAL record with ONE remote WRITE (plus mn_sync
- *      if any member asked for sync), inserts every entry into the memtable,
- *      publishes visible_seq, and wakes the members and the next leader.
+ *      if any member asked for sync), inserts every entry into the memtable
+ *      while that WRITE is in flight (a record that then fails leaves its
+ *      entries dead: eng_mem_kill), publishes visible_seq, and wakes the
+ *      members and the next leader.
  *   3. Readers take (mem, imm, version, visible_seq) under db->mu and never
  *      see a group half inserted, since they filter by the visible_seq they
  *      took.
@@ -273,16 +275,36 @@ static int make_room(struct eng_db *db, size_t need, bool force, bool deletes)
 struct insert_ctx {
 	struct eng_db *db;
 	struct eng_mem *m;
+	const eng_batch *g;
+	bool ran;		   /* insert_group ran */
+	int r;			   /* its result */
+	uint64_t entries, deletes; /* what it linked into m */
 };
 
 static int insert_entry(void *ctx, uint64_t seq, int type, const uint8_t *k, size_t kl,
 			const uint8_t *v, size_t vl)
 {
 	struct insert_ctx *ic = ctx;
+	int r;
 
 	if (eng_fault_hit(ic->db, ENG_FAULT_MEM_INSERT))
 		return -ENOMEM;
-	return eng_mem_add(ic->m, seq, type, k, kl, v, vl);
+	r = eng_mem_add(ic->m, seq, type, k, kl, v, vl);
+	if (!r) {
+		ic->entries++;
+		ic->deletes += type == IKEY_DELETION;
+	}
+	return r;
+}
+
+/* Insert the whole group into the memtable (its seqs stay above
+ * visible_seq until the leader publishes them). */
+static void insert_group(void *ctx)
+{
+	struct insert_ctx *ic = ctx;
+
+	ic->ran = true;
+	ic->r = eng_batch_rep_iterate(ic->g->rep, ic->g->len, insert_entry, ic);
 }
 
 /* The leader's work for the group [first .. last]. */
@@ -318,19 +340,33 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 	put_u64(g->rep, seq);
 	if (g->puts < eng_batch_count(g) && atomic_load(&db->space_low))
 		atomic_store(&db->reclaimable, true); /* see reclaim() */
+	/* Only the leader changes db->mem, and it is the leader. */
+	ic = (struct insert_ctx){ .db = db, .m = db->mem, .g = g };
 	if (first->disable_wal) {
 		atomic_store(&db->unlogged, true);
 	} else {
-		r = eng_wal_log(db, g->rep, g->len, wait);
-		if (r)
+		/* A waited record's round trip is the write's latency: insert
+		 * meanwhile, unless the memtable has no room left to mark the
+		 * entries dead should the record fail. */
+		bool overlap = wait != ENG_WAL_POSTED && eng_mem_kill_room(ic.m);
+
+		r = eng_wal_log(db, g->rep, g->len, wait, overlap ? insert_group : NULL, &ic);
+		if (r) {
+			if (ic.ran) {
+				/* Linked but never logged: dead, and their seqs
+				 * are never handed out again. */
+				eng_mem_kill(ic.m, seq, seq + eng_batch_count(g) - 1, ic.entries,
+					     ic.deletes);
+				atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
+			}
 			return r;
+		}
 	}
 	/* The group is in the WAL: manifest edits from now on may say so. */
 	atomic_store(&db->last_seq, seq + eng_batch_count(g) - 1);
-	/* Only the leader changes db->mem, and it is the leader. */
-	ic.db = db;
-	ic.m = db->mem;
-	r = eng_batch_rep_iterate(g->rep, g->len, insert_entry, &ic);
+	if (!ic.ran)
+		insert_group(&ic);
+	r = ic.r;
 	if (r) {
 		/* Out of memory half way: the WAL has the group, the memtable
 		 * part of it.  Readers must not see a partial batch: never

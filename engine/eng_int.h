@@ -121,6 +121,15 @@ uint64_t eng_mem_entries(const struct eng_mem *m);
  * the first one went in (0: none).  Drives the deletion-triggered flush. */
 uint64_t eng_mem_deletes(const struct eng_mem *m, uint64_t *first_us);
 uint64_t eng_mem_wal_log_min(const struct eng_mem *m);
+/* The leader marks the entries of a group whose log record failed after
+ * they were inserted (seqs lo..hi, `entries` of them, `deletes` tombstones
+ * among them) dead: no lookup or iterator returns them, and the counts drop
+ * them.  -ENOSPC when the memtable has no room for another range
+ * (eng_mem_kill_room says so beforehand). */
+int eng_mem_kill(struct eng_mem *m, uint64_t lo, uint64_t hi, uint64_t entries,
+		 uint64_t deletes);
+bool eng_mem_kill_room(const struct eng_mem *m);
+unsigned eng_mem_killed(const struct eng_mem *m); /* ranges marked dead so far */
 /* Internal iterator over the memtable's internal keys (holds a ref). */
 int eng_mem_iter_create(struct eng_mem *m, struct dkv_iter **out);
 
@@ -677,13 +686,16 @@ int eng_manifest_recover(struct eng_db *db, struct eng_edit *state);
 int eng_manifest_state(struct eng_db *db, struct eng_edit *e); /* man_mu + mu held */
 
 /* WAL writer (leader) and recovery.  eng_wal_log appends one record with
- * payload (len bytes) and waits as asked.  eng_wal_drain waits for every
+ * payload (len bytes) and waits as asked; a waited record (not ENG_WAL_POSTED)
+ * runs during(arg), if given, while its WRITE is in flight, unless the post
+ * failed at once.  eng_wal_drain waits for every
  * posted record (a memtable switch does it first: a memtable's records are
  * all in before it can be flushed and its segments reused); an error there
  * that a second write of the same bytes does not cure breaks the engine
  * (db->broken).  eng_wal_sync drains, then msyncs the live segments.
  * eng_wal_fini frees the buffers (at close, after the last drain). */
-int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t len, enum eng_wal_wait w);
+int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t len, enum eng_wal_wait w,
+		void (*during)(void *), void *arg);
 int eng_wal_drain(struct eng_db *db);
 int eng_wal_new_segment(struct eng_db *db, uint64_t min_len); /* man_mu held */
 int eng_wal_sync(struct eng_db *db);

@@ -12,6 +12,14 @@
  * db->visible_seq only after every entry of its group is inserted, and every
  * reader filters by the sequence number it started with.
  *
+ * Dead ranges: the leader inserts a group while its log record is in flight
+ * (docs/engine.md, "Write path").  When that record then fails, its entries
+ * are already linked; nodes are never unlinked, so the leader marks their
+ * sequence numbers dead instead (eng_mem_kill) before anything later is
+ * published, and every lookup and iterator steps over dead nodes.  A range
+ * is written before the count that covers it is stored (release), and
+ * readers load the count with acquire.
+ *
  * Node layout in the arena:
  *   struct mt_node { iklen, vlen, height, next[height] } | ikey | value
  */
@@ -24,6 +32,7 @@
 
 #define MT_MAX_HEIGHT 12
 #define MT_BLOCK (256u << 10)
+#define MT_DEAD_MAX 8 /* dead ranges per memtable; then groups insert after their record */
 
 struct mt_node {
 	uint32_t iklen, vlen;
@@ -48,6 +57,8 @@ struct eng_mem {
 	uint32_t rnd;            /* writer only */
 	atomic_int max_height;
 	struct mt_node *head;
+	struct { uint64_t lo, hi; } dead[MT_DEAD_MAX]; /* see "Dead ranges" above */
+	atomic_uint ndead;
 };
 
 static void *mt_alloc(struct eng_mem *m, size_t n)
@@ -151,6 +162,31 @@ uint64_t eng_mem_wal_log_min(const struct eng_mem *m)
 	return m->wal_log_min;
 }
 
+bool eng_mem_kill_room(const struct eng_mem *m)
+{
+	return atomic_load_explicit(&m->ndead, memory_order_relaxed) < MT_DEAD_MAX;
+}
+
+unsigned eng_mem_killed(const struct eng_mem *m)
+{
+	return atomic_load_explicit(&m->ndead, memory_order_acquire);
+}
+
+int eng_mem_kill(struct eng_mem *m, uint64_t lo, uint64_t hi, uint64_t entries,
+		 uint64_t deletes)
+{
+	unsigned n = atomic_load_explicit(&m->ndead, memory_order_relaxed);
+
+	if (n == MT_DEAD_MAX)
+		return -ENOSPC;
+	m->dead[n].lo = lo;
+	m->dead[n].hi = hi;
+	atomic_store_explicit(&m->ndead, n + 1, memory_order_release);
+	atomic_fetch_sub_explicit(&m->entries, entries, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&m->deletes, deletes, memory_order_relaxed);
+	return 0;
+}
+
 static int random_height(struct eng_mem *m)
 {
 	int h = 1;
@@ -175,6 +211,29 @@ static inline struct mt_node *nxt(struct mt_node *n, int lvl)
 static inline int node_cmp(struct mt_node *n, const void *ik, size_t iklen)
 {
 	return ikey_cmp(node_key(n), n->iklen, ik, iklen);
+}
+
+/* n is an entry of a group whose log record failed (eng_mem_kill). */
+static bool node_dead(struct eng_mem *m, struct mt_node *n)
+{
+	unsigned nd = atomic_load_explicit(&m->ndead, memory_order_acquire);
+	uint64_t seq;
+
+	if (!nd || !n)
+		return false;
+	seq = ikey_seq(node_key(n), n->iklen);
+	for (unsigned i = 0; i < nd; i++)
+		if (seq >= m->dead[i].lo && seq <= m->dead[i].hi)
+			return true;
+	return false;
+}
+
+/* n, or the first live node after it. */
+static struct mt_node *live_fwd(struct eng_mem *m, struct mt_node *n)
+{
+	while (node_dead(m, n))
+		n = nxt(n, 0);
+	return n;
 }
 
 /* First node >= ik; fills prev[] (predecessors per level) when asked. */
@@ -216,6 +275,14 @@ static struct mt_node *find_lt(struct eng_mem *m, const void *ik, size_t iklen)
 			return x;
 		lvl--;
 	}
+}
+
+/* n, or the last live node before it; NULL for none (n may be head). */
+static struct mt_node *live_back(struct eng_mem *m, struct mt_node *n)
+{
+	while (n != m->head && node_dead(m, n))
+		n = find_lt(m, node_key(n), n->iklen);
+	return n == m->head ? NULL : n;
 }
 
 int eng_mem_add(struct eng_mem *m, uint64_t seq, int type, const void *k, size_t kl,
@@ -269,7 +336,7 @@ int eng_mem_get(struct eng_mem *m, const void *k, size_t kl, uint64_t seq, const
 			return -ENOMEM;
 	}
 	ikey_encode(ik, k, kl, seq, IKEY_TYPE_SEEK);
-	n = find_ge(m, ik, iklen, NULL);
+	n = live_fwd(m, find_ge(m, ik, iklen, NULL));
 	if (n && ikey_ukey_cmp(node_key(n), n->iklen, k, kl) == 0) {
 		if (ikey_type(node_key(n), n->iklen) == IKEY_DELETION) {
 			r = -ENOENT;
@@ -302,7 +369,7 @@ static int mi_seek(struct dkv_iter *b, const void *ik, size_t len)
 {
 	struct mem_iter *it = (struct mem_iter *)b;
 
-	it->cur = find_ge(it->m, ik, len, NULL);
+	it->cur = live_fwd(it->m, find_ge(it->m, ik, len, NULL));
 	return mi_state(it);
 }
 
@@ -311,12 +378,11 @@ static int mi_seek_for_prev(struct dkv_iter *b, const void *ik, size_t len)
 	struct mem_iter *it = (struct mem_iter *)b;
 	struct mt_node *n = find_ge(it->m, ik, len, NULL);
 
-	if (n && node_cmp(n, ik, len) == 0) {
+	if (n && node_cmp(n, ik, len) == 0 && !node_dead(it->m, n)) {
 		it->cur = n;
 		return 0;
 	}
-	n = find_lt(it->m, ik, len);
-	it->cur = n == it->m->head ? NULL : n;
+	it->cur = live_back(it->m, find_lt(it->m, ik, len));
 	return mi_state(it);
 }
 
@@ -324,16 +390,14 @@ static int mi_first(struct dkv_iter *b)
 {
 	struct mem_iter *it = (struct mem_iter *)b;
 
-	it->cur = nxt(it->m->head, 0);
+	it->cur = live_fwd(it->m, nxt(it->m->head, 0));
 	return mi_state(it);
 }
 
 static int mi_last(struct dkv_iter *b)
 {
 	struct mem_iter *it = (struct mem_iter *)b;
-	struct mt_node *n = find_lt(it->m, NULL, 0);
-
-	it->cur = n == it->m->head ? NULL : n;
+	it->cur = live_back(it->m, find_lt(it->m, NULL, 0));
 	return mi_state(it);
 }
 
@@ -342,19 +406,16 @@ static int mi_next(struct dkv_iter *b)
 	struct mem_iter *it = (struct mem_iter *)b;
 
 	if (it->cur)
-		it->cur = nxt(it->cur, 0);
+		it->cur = live_fwd(it->m, nxt(it->cur, 0));
 	return mi_state(it);
 }
 
 static int mi_prev(struct dkv_iter *b)
 {
 	struct mem_iter *it = (struct mem_iter *)b;
-	struct mt_node *n;
-
 	if (!it->cur)
 		return 1;
-	n = find_lt(it->m, node_key(it->cur), it->cur->iklen);
-	it->cur = n == it->m->head ? NULL : n;
+	it->cur = live_back(it->m, find_lt(it->m, node_key(it->cur), it->cur->iklen));
 	return mi_state(it);
 }
 

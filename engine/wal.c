@@ -275,9 +275,27 @@ static int post(struct eng_db *db, const uint8_t *payload, size_t plen)
 	return 0;
 }
 
-static int write_waited(struct eng_db *db, const uint8_t *payload, size_t plen, bool sync)
+/* The waited buffer after a WRITE from it timed out: the transport may still
+ * send from it, so it is never reused (left, as post_reap leaves its own). */
+static int wal_buf_abandon(struct eng_db *db, size_t n)
+{
+	uint8_t *fresh = mn_buf_alloc(db->mc, db->wal_buf_cap);
+
+	if (!fresh)
+		return -ENOMEM;
+	memcpy(fresh, db->wal_buf, n);
+	db->wal_buf = fresh;
+	return 0;
+}
+
+/* One waited record.  during(arg), if given, runs while the WRITE is on its
+ * way (the leader's memtable insert, docs/engine.md), unless the post failed
+ * at once; the record is then waited for as if it had not. */
+static int write_waited(struct eng_db *db, const uint8_t *payload, size_t plen, bool sync,
+			void (*during)(void *), void *arg)
 {
 	size_t n = ENG_WAL_HDR + plen;
+	struct mn_io io;
 	uint64_t off;
 	int r = drain_locked(db); /* the records before this one first */
 
@@ -289,9 +307,17 @@ static int write_waited(struct eng_db *db, const uint8_t *payload, size_t plen, 
 	r = place(db, db->wal_buf, plen, &off);
 	if (r)
 		return r;
-	r = mn_write(db->mc, off, db->wal_buf, n);
-	if (eng_io_transient(r))
+	mn_post_write(db->mc, &io, off, db->wal_buf, n);
+	if (during && !(io.done && io.status))
+		during(arg);
+	r = mn_wait(db->mc, &io);
+	for (int retry = 1; r; retry--) {
+		int r2 = r == -ETIMEDOUT ? wal_buf_abandon(db, n) : 0;
+
+		if (r2 || !retry || !eng_io_transient(r))
+			break;
 		r = mn_write(db->mc, off, db->wal_buf, n); /* same bytes, same place */
+	}
 	if (!r && sync) {
 		r = mn_sync(db->mc, off, n);
 		atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);
@@ -304,7 +330,8 @@ static int write_waited(struct eng_db *db, const uint8_t *payload, size_t plen, 
 	return 0;
 }
 
-int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t plen, enum eng_wal_wait w)
+int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t plen, enum eng_wal_wait w,
+		void (*during)(void *), void *arg)
 {
 	int r;
 
@@ -314,7 +341,7 @@ int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t plen, enum eng
 	if (w == ENG_WAL_POSTED && ENG_WAL_HDR + plen <= ENG_WAL_POST_MAX)
 		r = post(db, payload, plen);
 	else
-		r = write_waited(db, payload, plen, w == ENG_WAL_SYNCED);
+		r = write_waited(db, payload, plen, w == ENG_WAL_SYNCED, during, arg);
 	pthread_mutex_unlock(&db->wal_mu);
 	return r;
 }

@@ -37,6 +37,84 @@ Test(memtable, get_versions_and_deletions)
 	eng_mem_unref(m);
 }
 
+/* Expect the iterator at user key uk, seq. */
+static void at(struct dkv_iter *it, int r, const char *uk, uint64_t seq)
+{
+	size_t kl, ul;
+	const void *k, *u;
+
+	cr_assert_eq(r, 0, "wanted %s@%llu, the iterator ended", uk, (unsigned long long)seq);
+	k = dkv_iter_key(it, &kl);
+	u = ikey_ukey(k, kl, &ul);
+	cr_assert(ul == strlen(uk) && !memcmp(u, uk, ul) && ikey_seq(k, kl) == seq,
+		  "wanted %s@%llu, got %.*s@%llu", uk, (unsigned long long)seq, (int)ul,
+		  (const char *)u, (unsigned long long)ikey_seq(k, kl));
+}
+
+/* Entries of a group whose log record failed after they were linked
+ * (eng_mem_kill) are skipped by lookups and iterators in both directions,
+ * which then find the older live versions, and leave the counts. */
+Test(memtable, killed_ranges_are_never_returned)
+{
+	struct eng_mem *m = eng_mem_create(1);
+	struct dkv_iter *it;
+	uint8_t ik[40];
+	size_t ikl;
+	const void *v;
+	size_t vl;
+
+	cr_assert_eq(eng_mem_add(m, 1, IKEY_VALUE, "a", 1, "v1", 2), 0);
+	cr_assert_eq(eng_mem_add(m, 2, IKEY_VALUE, "b", 1, "w1", 2), 0);
+	cr_assert_eq(eng_mem_add(m, 3, IKEY_VALUE, "a", 1, "v2", 2), 0);   /* dead */
+	cr_assert_eq(eng_mem_add(m, 4, IKEY_VALUE, "c", 1, "x", 1), 0);    /* dead */
+	cr_assert_eq(eng_mem_add(m, 5, IKEY_DELETION, "b", 1, NULL, 0), 0); /* dead */
+	cr_assert_eq(eng_mem_add(m, 6, IKEY_VALUE, "a", 1, "v3", 2), 0);
+	cr_assert_eq(eng_mem_add(m, 7, IKEY_VALUE, "d", 1, "y", 1), 0);    /* dead */
+	cr_assert_eq(eng_mem_deletes(m, NULL), 1);
+	cr_assert(eng_mem_kill_room(m));
+	cr_assert_eq(eng_mem_kill(m, 3, 5, 3, 1), 0);
+	cr_assert_eq(eng_mem_kill(m, 7, 7, 1, 0), 0);
+	cr_assert_eq(eng_mem_entries(m), 3);
+	cr_assert_eq(eng_mem_deletes(m, NULL), 0);
+
+	cr_assert_eq(eng_mem_get(m, "a", 1, 5, &v, &vl), 0);
+	cr_assert(vl == 2 && !memcmp(v, "v1", 2), "a dead version was returned");
+	cr_assert_eq(eng_mem_get(m, "a", 1, IKEY_SEQ_MAX, &v, &vl), 0);
+	cr_assert(vl == 2 && !memcmp(v, "v3", 2));
+	cr_assert_eq(eng_mem_get(m, "b", 1, IKEY_SEQ_MAX, &v, &vl), 0, "a dead delete was seen");
+	cr_assert(vl == 2 && !memcmp(v, "w1", 2));
+	cr_assert_eq(eng_mem_get(m, "c", 1, IKEY_SEQ_MAX, &v, &vl), 1);
+	cr_assert_eq(eng_mem_get(m, "d", 1, IKEY_SEQ_MAX, &v, &vl), 1);
+
+	cr_assert_eq(eng_mem_iter_create(m, &it), 0);
+	/* forward: a@6 a@1 b@2; backward the same reversed */
+	at(it, dkv_iter_first(it), "a", 6);
+	at(it, dkv_iter_next(it), "a", 1);
+	at(it, dkv_iter_next(it), "b", 2);
+	cr_assert_eq(dkv_iter_next(it), 1, "a dead entry after b@2");
+	at(it, dkv_iter_last(it), "b", 2);
+	at(it, dkv_iter_prev(it), "a", 1);
+	at(it, dkv_iter_prev(it), "a", 6);
+	cr_assert_eq(dkv_iter_prev(it), 1);
+	/* seeks onto dead entries move on to live ones */
+	ikl = ikey_encode(ik, "a", 1, 3, IKEY_VALUE);
+	at(it, dkv_iter_seek(it, ik, ikl), "a", 1);
+	at(it, dkv_iter_seek_for_prev(it, ik, ikl), "a", 6);
+	ikl = ikey_encode(ik, "b", 1, 5, IKEY_DELETION);
+	at(it, dkv_iter_seek(it, ik, ikl), "b", 2);
+	at(it, dkv_iter_seek_for_prev(it, ik, ikl), "a", 1);
+	ikl = ikey_encode(ik, "c", 1, IKEY_SEQ_MAX, IKEY_TYPE_SEEK);
+	cr_assert_eq(dkv_iter_seek(it, ik, ikl), 1, "a dead entry at or after c");
+	at(it, dkv_iter_seek_for_prev(it, ik, ikl), "b", 2);
+	dkv_iter_destroy(it);
+
+	/* a bounded number of ranges: then the leader stops overlapping */
+	while (eng_mem_kill_room(m))
+		cr_assert_eq(eng_mem_kill(m, 100, 100, 0, 0), 0);
+	cr_assert_eq(eng_mem_kill(m, 101, 101, 0, 0), -ENOSPC);
+	eng_mem_unref(m);
+}
+
 struct ent {
 	uint8_t k[40];
 	size_t kl;
