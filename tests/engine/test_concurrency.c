@@ -155,7 +155,9 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-Test(concurrency, writers_and_readers, .timeout = 55)
+/* tcp: each group is inserted while its log record is in flight
+ * (docs/engine.md), with the readers running. */
+static void writers_and_readers(bool tcp)
 {
 	struct tnode node;
 	struct eng_options o;
@@ -166,6 +168,8 @@ Test(concurrency, writers_and_readers, .timeout = 55)
 
 	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
 	topts(&o, &node);
+	if (tcp)
+		o.transport = NET_TCP;
 	o.memtable_size = 128u << 10;
 	cr_assert_eq(eng_open(&o, &sh.db), 0);
 	for (int i = 0; i < NW + NR; i++) {
@@ -189,6 +193,16 @@ Test(concurrency, writers_and_readers, .timeout = 55)
 	}
 	cr_assert_eq(eng_close(sh.db), 0);
 	tnode_stop(&node);
+}
+
+Test(concurrency, writers_and_readers, .timeout = 55)
+{
+	writers_and_readers(false);
+}
+
+Test(concurrency, writers_and_readers_tcp, .timeout = 55)
+{
+	writers_and_readers(true);
 }
 
 /* ---- the switch race ---- */
