@@ -305,6 +305,8 @@ static void insert_group(void *ctx)
 
 	ic->ran = true;
 	ic->r = eng_batch_rep_iterate(ic->g->rep, ic->g->len, insert_entry, ic);
+	if (eng_fault_hit(ic->db, ENG_FAULT_INSERT_HOLD))
+		usleep(ENG_FAULT_HOLD_MS * 1000);
 }
 
 /* The leader's work for the group [first .. last]. */

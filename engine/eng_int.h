@@ -54,6 +54,8 @@ enum eng_fault {
 	ENG_FAULT_COMPACTION_HOLD, /* a compaction holds its outputs ENG_FAULT_HOLD_MS before
 				    * installing or giving them back (a slow one) */
 	ENG_FAULT_PUNCH_LOG,     /* the manifest record of a blob slab punch is not written (-EIO) */
+	ENG_FAULT_INSERT_HOLD,   /* a write group's memtable insert, done, holds ENG_FAULT_HOLD_MS
+				  * before the leader goes on (waits for its record, publishes) */
 	ENG_FAULT_N
 };
 #define ENG_FAULT_HOLD_MS 2000

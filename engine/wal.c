@@ -139,11 +139,38 @@ static void seg_close_at(struct eng_db *db, uint64_t off)
 	pthread_mutex_unlock(&db->man_mu);
 }
 
-/* Wait for the posted record in p (wal_mu held).  A failure gets a second
- * write of the same bytes to the same place, as a waited record does; if
- * that fails too, the log has a hole that later records may sit behind,
- * and the memtable holds writes it lacks: the engine is broken until it is
- * reopened, and replay stops at the hole (what survives is a prefix). */
+/* Wait for a log WRITE of n bytes from *buf at off (wal_mu held).  A
+ * transient failure gets a second write of the same bytes to the same place
+ * when retry says so.  After a timeout the transport may still send from the
+ * buffer, so it is never reused: *buf becomes a fresh copy of size cap (the
+ * old one is left allocated), or NULL with -ENOMEM. */
+static int write_wait(struct eng_db *db, struct mn_io *io, uint8_t **buf, size_t cap,
+		      uint64_t off, size_t n, bool retry)
+{
+	int r = mn_wait(db->mc, io);
+
+	for (;;) {
+		if (r == -ETIMEDOUT) {
+			uint8_t *fresh = mn_buf_alloc(db->mc, cap);
+
+			if (fresh)
+				memcpy(fresh, *buf, n);
+			*buf = fresh;
+			if (!fresh)
+				return -ENOMEM;
+		}
+		if (!r || !retry || !eng_io_transient(r))
+			return r;
+		retry = false;
+		r = mn_write(db->mc, off, *buf, n); /* same bytes, same place */
+	}
+}
+
+/* Wait for the posted record in p (wal_mu held), with the second try of
+ * write_wait.  If that fails too, the log has a hole that later records may
+ * sit behind, and the memtable holds writes it lacks: the engine is broken
+ * until it is reopened, and replay stops at the hole (what survives is a
+ * prefix). */
 static int post_reap(struct eng_db *db, struct eng_wal_post *p)
 {
 	int r;
@@ -151,20 +178,9 @@ static int post_reap(struct eng_db *db, struct eng_wal_post *p)
 	if (!p->busy)
 		return 0;
 	p->busy = false;
-	r = mn_wait(db->mc, &p->io);
-	if (r == -ETIMEDOUT) {
-		/* the transport may still send from it: never reuse it */
-		uint8_t *fresh = mn_buf_alloc(db->mc, ENG_WAL_POST_MAX);
-
-		if (fresh)
-			memcpy(fresh, p->buf, p->n);
-		p->buf = fresh;
-		if (!fresh)
-			return -ENOMEM;
-	}
 	/* (once broken, nothing behind the hole is replayed: no second try) */
-	if (r && eng_io_transient(r) && !atomic_load(&db->broken))
-		r = mn_write(db->mc, p->off, p->buf, p->n); /* same bytes, same place */
+	r = write_wait(db, &p->io, &p->buf, ENG_WAL_POST_MAX, p->off, p->n,
+		       !atomic_load(&db->broken));
 	if (r) {
 		int was = 0;
 
@@ -209,8 +225,8 @@ static int wal_buf_reserve(struct eng_db *db, size_t n)
 	size_t cap = db->wal_buf_cap ? db->wal_buf_cap : (64u << 10);
 	void *p;
 
-	if (n <= db->wal_buf_cap)
-		return 0;
+	if (db->wal_buf && n <= db->wal_buf_cap)
+		return 0; /* (NULL after a timeout found no memory for a copy) */
 	while (cap < n)
 		cap *= 2;
 	p = mn_buf_alloc(db->mc, cap);
@@ -275,19 +291,6 @@ static int post(struct eng_db *db, const uint8_t *payload, size_t plen)
 	return 0;
 }
 
-/* The waited buffer after a WRITE from it timed out: the transport may still
- * send from it, so it is never reused (left, as post_reap leaves its own). */
-static int wal_buf_abandon(struct eng_db *db, size_t n)
-{
-	uint8_t *fresh = mn_buf_alloc(db->mc, db->wal_buf_cap);
-
-	if (!fresh)
-		return -ENOMEM;
-	memcpy(fresh, db->wal_buf, n);
-	db->wal_buf = fresh;
-	return 0;
-}
-
 /* One waited record.  during(arg), if given, runs while the WRITE is on its
  * way (the leader's memtable insert, docs/engine.md), unless the post failed
  * at once; the record is then waited for as if it had not. */
@@ -310,14 +313,7 @@ static int write_waited(struct eng_db *db, const uint8_t *payload, size_t plen, 
 	mn_post_write(db->mc, &io, off, db->wal_buf, n);
 	if (during && !(io.done && io.status))
 		during(arg);
-	r = mn_wait(db->mc, &io);
-	for (int retry = 1; r; retry--) {
-		int r2 = r == -ETIMEDOUT ? wal_buf_abandon(db, n) : 0;
-
-		if (r2 || !retry || !eng_io_transient(r))
-			break;
-		r = mn_write(db->mc, off, db->wal_buf, n); /* same bytes, same place */
-	}
+	r = write_wait(db, &io, &db->wal_buf, db->wal_buf_cap, off, n, true);
 	if (!r && sync) {
 		r = mn_sync(db->mc, off, n);
 		atomic_fetch_add_explicit(&db->st_wal_syncs, 1, memory_order_relaxed);

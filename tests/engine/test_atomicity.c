@@ -145,6 +145,25 @@ Test(atomicity, a_group_whose_record_fails_in_flight_is_never_published, .timeou
 	cr_assert_eq(get_s(db, "del", "here"), 0, "a failed delete is visible");
 	scan_has_the_three(db, "old");
 	cr_assert_eq(eng_mem_killed(db->mem), 1, "the group was not inserted in flight");
+	/* Eight more such failures: seven fill the memtable's dead ranges, and
+	 * the last, with no room left to mark it, must insert only after its
+	 * record, so it is never linked at all.  (Each failure closes the log
+	 * segment; a good write first opens the next, so the failed posts are
+	 * the record's own.) */
+	for (int i = 0; i < 8; i++) {
+		char k[8];
+
+		put_s(db, "later", "l");
+		snprintf(k, sizeof(k), "f%d", i);
+		f = (struct net_fault){ .fail_nth = 1, .fail_count = 2 };
+		cr_assert_eq(net_set_fault(mn_client_conn(db->mc), &f), 0);
+		cr_assert_eq(eng_put(db, NULL, k, strlen(k), "x", 1), -EIO, "failure %d", i);
+		f = (struct net_fault){ 0 };
+		cr_assert_eq(net_set_fault(mn_client_conn(db->mc), &f), 0);
+	}
+	cr_assert_eq(eng_mem_killed(db->mem), 8, "%u dead ranges", eng_mem_killed(db->mem));
+	put_s(db, "later", "l");
+	scan_has_the_three(db, "old");
 	cr_assert_eq(eng_flush(db), 0);
 	cr_assert_eq(get_s(db, "base", "old"), 0, "a flush wrote a failed write");
 	cr_assert_eq(get_s(db, "a1", "1"), -ENOENT, "a flush wrote a failed write");
@@ -159,6 +178,58 @@ Test(atomicity, a_group_whose_record_fails_in_flight_is_never_published, .timeou
 	scan_has_the_three(db, "again");
 	cr_assert_eq(eng_close(db), 0);
 	eng_batch_destroy(b);
+	tnode_stop(&node);
+}
+
+struct put_arg {
+	eng_db *db;
+	atomic_int done;
+	int r;
+};
+
+static void *put_held(void *arg)
+{
+	struct put_arg *a = arg;
+
+	a->r = eng_put(a->db, NULL, "held", 4, "v", 1);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/* A group's entries are in the memtable while its log record is in flight,
+ * but nobody sees them until the record is in and the leader publishes:
+ * here the insert holds 2 s once done (ENG_FAULT_INSERT_HOLD), and a get and
+ * a scan during it must find nothing. */
+Test(atomicity, an_inserted_group_is_not_seen_before_its_write_returns, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct put_arg a = { 0 };
+	pthread_t t;
+	uint64_t before;
+	eng_iter *it;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.transport = NET_TCP;
+	o.memtable_size = 8u << 20; /* no switch */
+	cr_assert_eq(eng_open(&o, &a.db), 0);
+	before = eng_mem_entries(a.db->mem);
+	eng_fault_arm(a.db, ENG_FAULT_INSERT_HOLD, 1);
+	cr_assert_eq(pthread_create(&t, NULL, put_held, &a), 0);
+	for (int i = 0; i < 1000 && eng_mem_entries(a.db->mem) == before; i++)
+		usleep(1000);
+	cr_assert_gt(eng_mem_entries(a.db->mem), before, "the insert never happened");
+	cr_assert_eq(atomic_load(&a.done), 0, "the write returned before the check");
+	cr_assert_eq(get_s(a.db, "held", "v"), -ENOENT, "a write is seen before it returned");
+	cr_assert_eq(eng_iter_create(a.db, NULL, NULL, 0, NULL, 0, &it), 0);
+	cr_assert_eq(eng_iter_first(it), 1, "a scan sees a write before it returned");
+	eng_iter_destroy(it);
+	cr_assert_eq(atomic_load(&a.done), 0, "the write returned during the check");
+	pthread_join(t, NULL);
+	cr_assert_eq(a.r, 0);
+	cr_assert_eq(get_s(a.db, "held", "v"), 0);
+	cr_assert_eq(eng_close(a.db), 0);
 	tnode_stop(&node);
 }
 
