@@ -85,7 +85,12 @@ mkdir -p "$SRC" "$TMP" "$DATA" "$BASE/ptback"
 # The tmpfs side gets a tmpfs of its own without an inode limit (as root):
 # the source's, the passthrough's and its own million-file bulk trees do not
 # fit in /dev/shm's ~3.08M inodes, and its fs_bulk_create came out NA.
-mount -t tmpfs -o nr_inodes=0,size=50% dkvfs-bench "$TMP" 2>/dev/null && TMP_MOUNTED=1
+if mount -t tmpfs -o nr_inodes=0,size=50% dkvfs-bench "$TMP" 2>/dev/null; then
+	TMP_MOUNTED=1
+else
+	echo "bench-fs: could not mount a tmpfs for the tmpfs side (needs root); using $TMP" \
+	     "in /dev/shm, whose inode limit may leave fs_bulk_create NA" >&2
+fi
 DPID=
 r=()
 
