@@ -16,7 +16,10 @@
 
 #include "common/err.h"
 #include "engine/eng.h"
+#include "memnode/mn_client.h"
+#include "memnode/mn_proto.h"
 #include "memnode/mn_server.h"
+#include "net/rpc.h"
 #include "tests/helpers/tnode.h"
 
 /* Factor for timeouts that are not what a test is about: the runner sets
@@ -77,6 +80,27 @@ static inline size_t tval(char *buf, size_t cap, unsigned tag, unsigned len)
 		n++;
 	}
 	return n;
+}
+
+/* The node's synced_bytes (STATS text: bytes it msync'ed), through a client
+ * of its own. */
+static inline uint64_t node_synced(const struct tnode *n)
+{
+	static char txt[RPC_REPLY_MAX + 1];
+	struct mn_client_opts co = { .addr = n->addr, .volume = "probe", .create = true,
+				     .op_timeout_ms = 3000 * test_time_scale() };
+	struct mn_client *c;
+	size_t tl = 0;
+	const char *p;
+
+	cr_assert_eq(mn_client_open(&co, &c), 0);
+	cr_assert_eq(mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, txt, RPC_REPLY_MAX, &tl), 0);
+	mn_client_close(c);
+	txt[tl] = 0;
+	cr_assert_gt(tl, MN_STATS_FIXED);
+	p = strstr(txt + MN_STATS_FIXED, "synced_bytes: ");
+	cr_assert_not_null(p);
+	return strtoull(p + 14, NULL, 10);
 }
 
 #endif

@@ -1,6 +1,8 @@
 /* tests/engine/test_api.c — the API's edges: argument errors, the writer
  * lease, read-only opens, large values, sync writes, stats, the tcp
- * transport, and a damaged table (-DKV_E_CORRUPT, never a crash). */
+ * transport, a damaged table or root (-DKV_E_CORRUPT, never a crash), and
+ * what a file-backed node is asked to msync (sync writes, eng_sync, a
+ * sealed flush). */
 #include <fcntl.h>
 
 #include "common/err.h"
@@ -757,4 +759,151 @@ Test(api, the_idle_sweep_packs_at_most_8_tables_a_tick)
 		get_ok(db, i);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
+}
+
+/* docs/manifest.md: a root with a bad crc is -DKV_E_CORRUPT.  The flipped
+ * byte is a reserved one, so nothing but the crc tells the damage: without
+ * the check the volume would open on a root it cannot vouch for.  The
+ * intact root opens again afterwards, with its data. */
+Test(api, a_root_with_a_bad_crc_is_corrupt)
+{
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+	uint8_t root[MN_ROOT_MAX], bad[MN_ROOT_MAX];
+	size_t rlen;
+
+	cr_assert_eq(tnode_start(&node, 128u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	put_n(db, 0, 50);
+	cr_assert_eq(mn_root_get(db->mc, root, sizeof(root), &rlen), 0);
+	cr_assert_eq(rlen, ENG_ROOT_SIZE);
+	memcpy(bad, root, rlen);
+	bad[6] ^= 0x01; /* reserved (0) */
+	cr_assert_eq(mn_root_set(db->mc, bad, rlen), 0);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(open_retry(&o, &db), -DKV_E_CORRUPT);
+
+	/* Put the intact root back (through a writer of its own). */
+	struct mn_client_opts co = { .addr = node.addr, .volume = o.volume, .writer = true,
+				     .op_timeout_ms = o.op_timeout_ms };
+	struct mn_client *c;
+	cr_assert_eq(mn_client_open(&co, &c), 0);
+	cr_assert_eq(mn_root_set(c, root, rlen), 0);
+	mn_client_close(c);
+	cr_assert_eq(open_retry(&o, &db), 0);
+	for (unsigned i = 0; i < 50; i++)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* docs/durability.md, power loss of a file-backed node: a write with
+ * `sync = true`, or followed by eng_sync, survives.  The node's count of
+ * msync'ed bytes shows it: it grows by at least the record of a sync put,
+ * and eng_sync after plain puts grows it by at least the log bytes they
+ * wrote.  (A kill -9 of the node keeps the mapping's pages either way, so
+ * only the count tells an msync that was skipped.) */
+Test(api, sync_writes_and_eng_sync_msync_the_log, .timeout = 60)
+{
+	char backing[] = "/tmp/dkv-api-sync-XXXXXX";
+	struct tnode node = { 0 };
+	struct eng_options o;
+	struct eng_write_opts wo = { .sync = true };
+	struct eng_stats st0, st1;
+	char v[4000];
+	eng_db *db;
+	int fd = mkstemp(backing);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(backing);
+	cr_assert_eq(tnode_start(&node, 64u << 20, backing, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 4u << 20; /* no flush, no new segment on the way */
+	o.compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	memset(v, 'v', sizeof(v));
+
+	uint64_t s0 = node_synced(&node);
+	cr_assert_eq(eng_put(db, &wo, "synced", 6, v, sizeof(v)), 0);
+	uint64_t s1 = node_synced(&node);
+	cr_assert_geq(s1 - s0, sizeof(v), "a sync put: %llu bytes synced",
+		      (unsigned long long)(s1 - s0));
+
+	cr_assert_eq(eng_stats(db, &st0), 0);
+	for (unsigned i = 0; i < 100; i++)
+		cr_assert_eq(eng_put(db, NULL, &i, sizeof(i), v, sizeof(v)), 0);
+	cr_assert_eq(eng_stats(db, &st1), 0);
+	uint64_t logged = st1.wal_bytes - st0.wal_bytes;
+	uint64_t s2 = node_synced(&node);
+	cr_assert_lt(s2 - s1, logged, "plain puts are not synced one by one");
+	cr_assert_eq(eng_sync(db), 0);
+	uint64_t s3 = node_synced(&node);
+	cr_assert_geq(s3 - s2, logged, "%llu log bytes written, eng_sync synced %llu",
+		      (unsigned long long)logged, (unsigned long long)(s3 - s2));
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	unlink(backing);
+}
+
+/* docs/durability.md: a flush writes its table, mn_syncs it, and only then
+ * logs "table added, WAL below segment N obsolete": on a file-backed node
+ * the table must reach the file before the log that held its writes goes.
+ * A memtable of 4 MiB and more is flushed into a run of its own, then
+ * sealed (engine/flush.c); the node must have synced its bytes by then. */
+Test(api, a_sealed_flush_reaches_the_file_before_it_is_logged, .timeout = 60)
+{
+	char backing[] = "/tmp/dkv-api-flush-XXXXXX";
+	struct tnode node = { 0 };
+	struct eng_options o;
+	struct eng_stats st0, st1;
+	eng_db *db;
+	int fd = mkstemp(backing);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(backing);
+	cr_assert_eq(tnode_start(&node, 256u << 20, backing, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 16u << 20; /* one flush, when asked */
+	o.compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 24000; i++) { /* ~7 MiB of table */
+		char k[32], v[300];
+
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+				     tval(v, sizeof(v), i, 280)), 0);
+	}
+	cr_assert_eq(eng_stats(db, &st0), 0);
+	uint64_t s0 = node_synced(&node);
+	cr_assert_eq(eng_flush(db), 0);
+	/* (the flush thread counts a flush just after it installs it) */
+	for (int i = 0; i < 200; i++) {
+		cr_assert_eq(eng_stats(db, &st1), 0);
+		if (st1.flushes > st0.flushes)
+			break;
+		usleep(10000);
+	}
+	uint64_t s1 = node_synced(&node);
+	uint64_t flushed = st1.flush_bytes - st0.flush_bytes;
+	cr_assert_gt(st1.tables_sealed, st0.tables_sealed, "the flush was not sealed");
+	cr_assert_gt(flushed, 1u << 20, "%llu bytes flushed", (unsigned long long)flushed);
+	cr_assert_geq(s1 - s0, flushed, "%llu bytes of table flushed, %llu synced",
+		      (unsigned long long)flushed, (unsigned long long)(s1 - s0));
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 24000; i += 97) {
+		char k[32], v[300];
+		void *got;
+		size_t vl, el = tval(v, sizeof(v), i, 280);
+
+		cr_assert_eq(eng_get(db, NULL, k, tkey(k, sizeof(k), i), &got, &vl), 0);
+		cr_assert(vl == el && !memcmp(got, v, vl), "key %u", i);
+		free(got);
+	}
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+	unlink(backing);
 }

@@ -4,8 +4,11 @@
  * deletion-triggered switch, and every later write is refused until a
  * reopen replays it whole; a group inserted while its log record was in
  * flight, whose record then failed, is never visible either, and later
- * writes go on; an edit whose version cannot be built is never
- * logged, so the manifest never names space the engine gave back. */
+ * writes go on, in a new log segment, so a reopen replays them; an edit
+ * whose version cannot be built is never logged, so the manifest never
+ * names space the engine gave back; an edit of unknown outcome makes the
+ * next record rewrite the manifest; a log tail cut at replay (a damaged
+ * record) stays cut after new writes. */
 #include "common/err.h"
 #include "engine/eng_int.h"
 #include "memnode/mn_client_int.h"
@@ -389,4 +392,158 @@ Test(atomicity, unsure_compaction_keeps_node_outputs, .timeout = 60)
 Test(atomicity, unsure_compaction_keeps_slab_outputs, .timeout = 60)
 {
 	unsure_run(ENG_COMPACTION_COMPUTE);
+}
+
+/* docs/wal.md: a segment whose WRITE failed is never appended to again (the
+ * record may be torn, or missing: a hole that replay stops at); the next
+ * record starts a new segment.  Here the failed record leaves a hole; the
+ * writes acknowledged after it must come back at a reopen that replays the
+ * log (close does not flush the memtable). */
+Test(atomicity, writes_after_a_failed_record_are_replayed, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct net_fault f = { .fail_nth = 1, .fail_count = 2 };
+	struct eng_stats st;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.transport = NET_TCP;
+	o.memtable_size = 8u << 20; /* no switch, no flush: all in the log */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	put_s(db, "before", "b");
+	cr_assert_eq(net_set_fault(mn_client_conn(db->mc), &f), 0);
+	cr_assert_eq(eng_put(db, NULL, "failed", 6, "f", 1), -EIO);
+	f = (struct net_fault){ 0 };
+	cr_assert_eq(net_set_fault(mn_client_conn(db->mc), &f), 0);
+	put_s(db, "after1", "1");
+	put_s(db, "after2", "2");
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.flushes, 0, "a flush would hide a lost log record");
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(get_s(db, "before", "b"), 0);
+	cr_assert_eq(get_s(db, "failed", "f"), -ENOENT);
+	cr_assert_eq(get_s(db, "after1", "1"), 0, "an acknowledged write behind the hole is lost");
+	cr_assert_eq(get_s(db, "after2", "2"), 0, "an acknowledged write behind the hole is lost");
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* docs/manifest.md: an append that fails may still have happened, so the
+ * manifest is marked full and the next record rewrites it from the
+ * in-memory state first; that rewrite also releases the space the unsure
+ * edit named (held back meanwhile).  Here a compaction's record reaches the
+ * node and its ack is lost; the next flush must write a new manifest, and
+ * every key reads back, also after a reopen. */
+Test(atomicity, an_unsure_record_makes_the_next_one_rewrite_the_manifest, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+	uint64_t no;
+	size_t held;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.compaction = ENG_COMPACTION_COMPUTE;
+	o.l0_compaction_trigger = 100; /* only the manual compactions */
+	o.l0_slowdown_trigger = 200;
+	o.l0_stop_trigger = 300;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned round = 1; round <= 2; round++) {
+		for (unsigned i = 0; i < UNSURE_KEYS; i++) {
+			char k[32], v[300];
+
+			cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+					     unsure_val(v, sizeof(v), i, round)), 0);
+		}
+		cr_assert_eq(eng_flush(db), 0);
+	}
+	eng_fault_arm(db, ENG_FAULT_COMPACTION_ACK, 1);
+	cr_assert_eq(eng_compact_all(db), -EIO);
+	pthread_mutex_lock(&db->man_mu);
+	no = db->man_no;
+	held = db->ndeferred;
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_gt(held, 0, "the unsure edit's outputs are not held back");
+	cr_assert_eq(eng_put(db, NULL, "next", 4, "n", 1), 0);
+	cr_assert_eq(eng_flush(db), 0);
+	pthread_mutex_lock(&db->man_mu);
+	cr_assert_gt(db->man_no, no, "the record after an unsure one did not rewrite");
+	held = db->ndeferred;
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_eq(held, 0, "the rewrite did not release what was held back");
+	cr_assert_eq(eng_close(db), 0);
+	unsure_check(&o);
+	tnode_stop(&node);
+}
+
+/* Offsets (from the image's start) of the records eng_wal_parse finds. */
+struct rec_offs {
+	const uint8_t *img;
+	size_t off[8];
+	int n;
+};
+
+static int rec_off(void *ctx, const uint8_t *p, size_t len)
+{
+	struct rec_offs *ro = ctx;
+
+	if (ro->n < 8)
+		ro->off[ro->n] = (size_t)(p - ro->img) - ENG_WAL_HDR;
+	ro->n++;
+	return 0;
+}
+
+/* docs/wal.md: replay stops at the first record that does not check (a torn
+ * tail or a hole), and recovered segments are never appended to, "so a cut
+ * tail is never extended into something that parses".  Here the middle one
+ * of three records is damaged in place: the reopen keeps the first only.  A
+ * new write of the same shape as the damaged one must not land where it
+ * was: the third record, still behind it, would then parse again, and the
+ * next reopen would bring back a write that replay had cut. */
+Test(atomicity, a_cut_log_tail_stays_cut_after_new_writes, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct rec_offs ro = { 0 };
+	uint8_t *img, b;
+	uint64_t off, used;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 8u << 20; /* no switch, no flush: all in the log */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	put_s(db, "ka", "aaaa");
+	put_s(db, "kb", "bbbb");
+	put_s(db, "kc", "cccc");
+	pthread_mutex_lock(&db->man_mu);
+	off = db->segs[db->nsegs - 1].off;
+	used = db->segs[db->nsegs - 1].used;
+	ro.img = img = malloc(used);
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_eq(mn_read(db->mc, off, img, used), 0);
+	cr_assert_eq(eng_wal_parse(img, used, get_u64(img + 8), rec_off, &ro), (int64_t)used);
+	cr_assert_eq(ro.n, 3, "%d records in the last segment", ro.n);
+	b = img[ro.off[1] + ENG_WAL_HDR] ^ 0xff; /* the second record's payload */
+	cr_assert_eq(mn_write(db->mc, off + ro.off[1] + ENG_WAL_HDR, &b, 1), 0);
+	free(img);
+	cr_assert_eq(eng_close(db), 0);
+
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(get_s(db, "ka", "aaaa"), 0);
+	cr_assert_eq(get_s(db, "kb", "bbbb"), -ENOENT, "a damaged record was replayed");
+	cr_assert_eq(get_s(db, "kc", "cccc"), -ENOENT, "a record behind the cut was replayed");
+	put_s(db, "kd", "dddd"); /* the damaged record's shape */
+	cr_assert_eq(eng_close(db), 0);
+
+	cr_assert_eq(eng_open(&o, &db), 0);
+	cr_assert_eq(get_s(db, "ka", "aaaa"), 0);
+	cr_assert_eq(get_s(db, "kd", "dddd"), 0);
+	cr_assert_eq(get_s(db, "kc", "cccc"), -ENOENT, "a write cut at replay came back");
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
 }

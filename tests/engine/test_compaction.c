@@ -321,26 +321,6 @@ Test(compaction, writers_are_paced_not_failed, .timeout = 60)
 	tnode_stop(&node);
 }
 
-/* The node's synced_bytes (STATS text), through a client of its own. */
-static uint64_t node_synced(const struct tnode *n)
-{
-	static char txt[RPC_REPLY_MAX + 1];
-	struct mn_client_opts co = { .addr = n->addr, .volume = "probe", .create = true,
-				     .op_timeout_ms = 3000 * test_time_scale() };
-	struct mn_client *c;
-	size_t tl = 0;
-	const char *p;
-
-	cr_assert_eq(mn_client_open(&co, &c), 0);
-	cr_assert_eq(mn_call(c, MN_OP_STATS, NULL, 0, NULL, 0, txt, RPC_REPLY_MAX, &tl), 0);
-	mn_client_close(c);
-	txt[tl] = 0;
-	cr_assert_gt(tl, MN_STATS_FIXED);
-	p = strstr(txt + MN_STATS_FIXED, "synced_bytes: ");
-	cr_assert_not_null(p);
-	return strtoull(p + 14, NULL, 10);
-}
-
 /* compaction=compute writes its outputs itself: like a flush's table, they
  * must reach a file-backed node's file (SYNC) before the edit that installs
  * them and drops the inputs, or a power loss leaves the manifest naming

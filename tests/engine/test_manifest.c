@@ -72,3 +72,28 @@ Test(manifest, bad_input_rejected)
 	cr_assert_eq(eng_edit_decode(bad_owner, sizeof(bad_owner), &d), -EBADMSG);
 	eng_edit_release(&d);
 }
+
+/* Levels are < ENG_LEVELS (docs/manifest.md): the first level past the last
+ * one is refused in an add and in a delete, as is the first owner past
+ * ENG_TABLE_PACKED, while the last valid ones decode.  bad_input_rejected
+ * uses level 9 and owner 7 only, which an off-by-one bound still refuses. */
+Test(manifest, first_level_and_owner_out_of_range_are_rejected)
+{
+	struct eng_edit d = { 0 };
+	uint8_t add_last[] = { 4, ENG_LEVELS - 1, 1, 1, 1, ENG_TABLE_PACKED };
+	uint8_t add_past[] = { 4, ENG_LEVELS, 1, 1, 1, 0 };
+	uint8_t del_last[] = { 5, ENG_LEVELS - 1, 1 };
+	uint8_t del_past[] = { 5, ENG_LEVELS, 1 };
+	uint8_t owner_past[] = { 4, 0, 1, 1, 1, ENG_TABLE_PACKED + 1 };
+
+	cr_assert_eq(eng_edit_decode(add_last, sizeof(add_last), &d), 0);
+	eng_edit_release(&d);
+	cr_assert_eq(eng_edit_decode(del_last, sizeof(del_last), &d), 0);
+	eng_edit_release(&d);
+	cr_assert_eq(eng_edit_decode(add_past, sizeof(add_past), &d), -EBADMSG);
+	eng_edit_release(&d);
+	cr_assert_eq(eng_edit_decode(del_past, sizeof(del_past), &d), -EBADMSG);
+	eng_edit_release(&d);
+	cr_assert_eq(eng_edit_decode(owner_past, sizeof(owner_past), &d), -EBADMSG);
+	eng_edit_release(&d);
+}

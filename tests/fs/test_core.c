@@ -1,6 +1,7 @@
 /* tests/fs/test_core.c — filesystem context over the in-memory store:
  * fresh volume, superblock checks, id allocation across reopen, lookups of
- * markers, files and marker-less (implicit) directories, shadowing. */
+ * markers, files and marker-less (implicit) directories, shadowing, hard
+ * links and the links refused. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -256,5 +257,45 @@ Test(core, an_old_directory_counts_its_subdirectories_once)
 	cr_assert_eq(st.st_size, 0);
 	fs_rec_release(&r);
 	fs_drop(fs);
+	fs_kv_destroy(kv);
+}
+
+/* docs/fs.md, Limits: no hard links to directories (EPERM), none to a
+ * libfuse .fuse_hidden* name (EPERM), and at most 2^32-1 links per file
+ * (EMLINK).  A refused link changes nothing: no new name, the count as it
+ * was.  The full count is set by hand in the shared record. */
+Test(core, refused_links_change_nothing)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, false);
+	struct fs_rec r, s;
+	uint64_t ino = 0;
+	uint8_t lk[FS_INTENT_KEY_LEN], *buf;
+	size_t lkl, len;
+
+	put_rec(kv, "/d", true, S_IFDIR | 0755);
+	cr_assert_eq(fs_link(fs, "/d", "/e", &ino), -EPERM);
+	cr_assert_eq(lookup(fs, "/e", &r, false), -ENOENT);
+
+	put_rec(kv, "/a", false, S_IFREG | 0644);
+	cr_assert_eq(fs_link(fs, "/a", "/" FS_HIDDEN_NAME "0001", &ino), -EPERM);
+	cr_assert_eq(fs_link(fs, "/a", "/b", &ino), 0);
+	cr_assert_eq(fs_shared_get(fs, ino, &s), 0);
+	cr_assert_eq(s.nlink, 2);
+	s.nlink = UINT32_MAX;
+	lkl = fs_key_shared(lk, ino);
+	cr_assert_eq(fs_rec_encode(&s, &buf, &len), 0);
+	raw_put(kv, lk, lkl, buf, len);
+	free(buf);
+	fs_rec_release(&s);
+	cr_assert_eq(fs_link(fs, "/a", "/c", &ino), -EMLINK);
+	cr_assert_eq(lookup(fs, "/c", &r, false), -ENOENT);
+	cr_assert_eq(fs_shared_get(fs, ino, &s), 0);
+	cr_assert_eq(s.nlink, UINT32_MAX);
+	fs_rec_release(&s);
+	cr_assert_eq(lookup(fs, "/b", &r, false), 0);
+	cr_assert_eq(r.nlink, UINT32_MAX);
+	fs_rec_release(&r);
+	fs_destroy(fs);
 	fs_kv_destroy(kv);
 }

@@ -507,3 +507,152 @@ Test(inode, failed_commit_gives_its_early_chunks_back_at_close)
 	free(data);
 	free(old);
 }
+
+/* Flip bits of one byte of the stored pointer of chunk idx of data_id. */
+static void damage_chunk(struct fs_kv *kv, uint64_t data_id, uint64_t idx, size_t byte,
+			 uint8_t flip)
+{
+	uint8_t key[FS_CHUNK_KEY_LEN];
+	void *v;
+	size_t vl;
+	fs_key_chunk(key, data_id, idx);
+	cr_assert_eq(fs_kv_get(kv, key, sizeof(key), &v, &vl), 0);
+	cr_assert_gt(vl, byte);
+	((uint8_t *)v)[byte] ^= flip;
+	struct fs_kv_batch *b = fs_kv_batch_create(kv);
+	cr_assert_eq(fs_kv_batch_put(b, key, sizeof(key), v, vl), 0);
+	cr_assert_eq(fs_kv_write(kv, b, false), 0);
+	fs_kv_batch_destroy(b);
+	free(v);
+}
+
+/* docs/record.md: a chunk whose bytes do not match its pointer's CRC, or
+ * whose pointer does not decode, reads as EIO (not a project error code,
+ * not other bytes); the file's other chunks still read. */
+Test(inode, a_damaged_chunk_reads_as_eio)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 4);
+	size_t len = 3 * FS_CHUNK_SIZE;
+	uint8_t *data = malloc(len), *got = malloc(FS_CHUNK_SIZE);
+	fill(data, len, 11);
+	struct fs_inode *ino = create(fs, "/f");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)data, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	uint64_t id = ino->rec.data_id;
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	fs_destroy(fs);
+
+	damage_chunk(kv, id, 0, 20, 0x01); /* the CRC of its bytes */
+	damage_chunk(kv, id, 1, 0, 0x7f);  /* the pointer's version */
+	fs = open_fs(kv, 4);
+	cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, 4096, 0), -EIO);
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, 4096, FS_CHUNK_SIZE), -EIO);
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, FS_CHUNK_SIZE, 2 * FS_CHUNK_SIZE),
+		     (int)FS_CHUNK_SIZE);
+	cr_assert_eq(memcmp(got, data + 2 * FS_CHUNK_SIZE, FS_CHUNK_SIZE), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(data);
+	free(got);
+}
+
+/* docs/record.md, "Hard links": the batch that removes the last name of a
+ * hard-linked file deletes the shared record and writes an intent for its
+ * data id.  A crash right after that batch (before the last close reclaims
+ * the chunks in memory) must leave nothing: the next mount reclaims what
+ * the intent names.  The names go as unlink removes them (fs_ops.c). */
+Test(inode, crash_after_the_last_link_goes_leaves_no_chunks)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 4);
+	size_t len = 3 * FS_CHUNK_SIZE;
+	uint8_t *data = malloc(len);
+	uint64_t inum = 0;
+	fill(data, len, 5);
+	struct fs_inode *ino = create(fs, "/f");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)data, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	cr_assert_eq(fs_link(fs, "/f", "/g", &inum), 0);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), 3);
+	for (int i = 0; i < 2; i++) {
+		struct fs_key k;
+		struct fs_rec s;
+		bool last;
+		struct fs_kv_batch *b = fs_kv_batch_create(kv);
+		cr_assert_eq(fs_key_from_path(&k, i ? "/g" : "/f"), 0);
+		cr_assert_eq(fs_shared_get(fs, inum, &s), 0);
+		cr_assert_eq(fs_batch_drop_link(fs, b, &s, &last), 0);
+		cr_assert_eq(last, i == 1);
+		cr_assert_eq(fs_kv_batch_delete(b, k.b, k.len), 0);
+		cr_assert_eq(fs_kv_write(kv, b, false), 0);
+		fs_kv_batch_destroy(b);
+		fs_rec_release(&s);
+	}
+	/* crash: nothing reclaimed in memory */
+	fs_drop(fs);
+	fs = open_fs(kv, 4);
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), 0, "the chunks of a removed file are left");
+	cr_assert_eq(count_prefix(kv, FS_INTENT_PREFIX), 0);
+	cr_assert_eq(extents(kv), 0, "the extents of a removed file are left");
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(data);
+}
+
+/* README: ENOSPC harms nothing already stored.  A truncate of a chunked
+ * file back to inline size retires its data id; when the commit that would
+ * store that fails (a full node) and the file is closed, the record still
+ * names that data id, so its chunks must stay: the close gives back only
+ * the ids the committed record does not name. */
+Test(inode, a_failed_truncate_to_inline_keeps_the_committed_chunks)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	size_t len = 1u << 20;
+	uint8_t *old = malloc(len);
+
+	fill(old, len, 13);
+	struct fs_inode *ino = create(fs, "/f");
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)old, len, 0), (int)len);
+	cr_assert_eq(fs_inode_commit(fs, ino), 0);
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	size_t chunks = count_prefix(kv, FS_CHUNK_PREFIX);
+	cr_assert_eq(chunks, len / FS_CHUNK_SIZE);
+
+	real_ops = kv->ops;
+	refusing_ops = *kv->ops;
+	refusing_ops.write = refusing_write;
+	kv->ops = &refusing_ops;
+	cr_assert_eq(fs_inode_get(fs, "/f", &ino), 0);
+	pthread_mutex_lock(&ino->mu);
+	refuse = 1;
+	int rc = fs_inode_truncate(fs, ino, 10);
+	if (rc == 0)
+		rc = fs_inode_commit(fs, ino);
+	cr_assert_eq(rc, -ENOSPC);
+	refuse = 0;
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino); /* the last close, its commit failed */
+	kv->ops = real_ops;
+	cr_assert_eq(count_prefix(kv, FS_CHUNK_PREFIX), chunks, "committed chunks were reclaimed");
+	check_content(fs, "/f", old, len);
+	/* and after a remount */
+	fs_destroy(fs);
+	fs = open_fs(kv, 2);
+	check_content(fs, "/f", old, len);
+	fs_destroy(fs);
+	fs_kv_destroy(kv);
+	free(old);
+}

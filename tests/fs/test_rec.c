@@ -209,3 +209,35 @@ Test(rec, shared_and_link_records)
 	free(buf);
 	fs_rec_release(&r);
 }
+
+/* The xattr blob holds at most FS_XATTR_MAX bytes (docs/fs.md: 64 KiB per
+ * file in all): a blob of exactly that size is taken and its record encodes
+ * and decodes; one byte more is -E2BIG and leaves the record as it was (an
+ * oversized blob would make a record that no longer encodes, so the file's
+ * next commit would fail). */
+Test(rec, xattr_blob_limit_is_exact)
+{
+	struct fs_rec r = FS_REC_INIT, d;
+	const size_t entry = 1 + strlen("user.big") + 4; /* name_len | name | value_len */
+	char *val = calloc(1, FS_XATTR_MAX);
+	uint8_t *buf;
+	size_t len;
+
+	r.mode = S_IFREG | 0644;
+	cr_assert_eq(fs_rec_xattr_set(&r, "user.big", val, FS_XATTR_MAX - entry + 1, 0), -E2BIG);
+	cr_assert_eq(r.xattr_len, 0);
+	cr_assert_eq(fs_rec_xattr_set(&r, "user.big", val, FS_XATTR_MAX - entry, 0), 0);
+	cr_assert_eq(r.xattr_len, FS_XATTR_MAX);
+	cr_assert_eq(fs_rec_encode(&r, &buf, &len), 0);
+	cr_assert_eq(fs_rec_decode(buf, len, &d), 0);
+	cr_assert_eq(d.xattr_len, FS_XATTR_MAX);
+	free(buf);
+	fs_rec_release(&d);
+	/* Replacing it with one byte more is refused; the old value stays. */
+	cr_assert_eq(fs_rec_xattr_set(&r, "user.big", val, FS_XATTR_MAX - entry + 1, 0), -E2BIG);
+	cr_assert_eq(fs_rec_xattr_get(&r, "user.big", NULL, 0), (int)(FS_XATTR_MAX - entry));
+	/* Nor does a new name fit beside a full blob. */
+	cr_assert_eq(fs_rec_xattr_set(&r, "user.x", "", 0, 0), -E2BIG);
+	free(val);
+	fs_rec_release(&r);
+}

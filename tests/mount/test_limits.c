@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
@@ -70,5 +71,29 @@ Test(limits, paths_go_past_path_max_up_to_the_key_limit)
 	errno = 0;
 	cr_assert_neq(mkdir(p, 0755), 0);
 	cr_assert_eq(errno, ENAMETOOLONG);
+	down();
+}
+
+/* docs/fs.md, Limits: a symlink target is up to 4095 bytes (what the
+ * kernel passes at most): one of exactly that length is stored and read
+ * back whole, also after a remount. */
+Test(limits, a_symlink_target_of_4095_bytes_is_kept_whole)
+{
+	static char target[4096], back[4200], path[PATH_MAX + 16];
+
+	memset(target, 't', 4095);
+	for (size_t i = 200; i < 4095; i += 201)
+		target[i] = '/';
+	target[4095] = 0;
+	cr_assert_eq(up(NULL), 0);
+	snprintf(path, sizeof(path), "%s/l", MNT);
+	cr_assert_eq(symlink(target, path), 0, "symlink: %s", strerror(errno));
+	cr_assert_eq(readlink(path, back, sizeof(back)), 4095);
+	cr_assert_eq(memcmp(back, target, 4095), 0);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	memset(back, 0, sizeof(back));
+	cr_assert_eq(readlink(path, back, sizeof(back)), 4095);
+	cr_assert_eq(memcmp(back, target, 4095), 0);
 	down();
 }

@@ -77,6 +77,23 @@ Test(rename, large_directory_moves_in_steps)
 	down();
 }
 
+/* The intent is written synced (docs/fs.md: "first a rename intent is
+ * written and synced"): on a file-backed node a power loss between steps
+ * must still find it.  Nothing else in this rename syncs the log (no file
+ * is freed, no fsync), so wal_syncs in .dkvfs/stats shows the intent's. */
+Test(rename, the_intent_is_synced_before_the_first_step)
+{
+	cr_assert_eq(up(OPTS), 0);
+	make_tree("d");
+	long long s0 = mt_stat("wal_syncs");
+	cr_assert_eq(sh("mv %s/d %s/e", MNT, MNT), 0);
+	cr_assert_geq(mt_stat("fs_rename_steps"), 1, "the rename did not go in steps");
+	long long s1 = mt_stat("wal_syncs");
+	cr_assert_gt(s1, s0, "the intent was not synced (wal_syncs %lld, then %lld)", s0, s1);
+	cr_assert(tree_is("e"));
+	down();
+}
+
 /* The daemon dies (DKVFS_TEST_RENAME_DIE_AFTER: _exit after that many
  * steps) in the middle of the move.  The intent is durable before the
  * first step, so the next mount must finish the rename: the whole tree
