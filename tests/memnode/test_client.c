@@ -9,6 +9,7 @@
 #include "mn_test.h"
 #include "net/rpc.h"
 #include "common/coding.h"
+#include "common/crc32c.h"
 
 Test(client, open_alloc_write_read_root)
 {
@@ -190,6 +191,93 @@ Test(client, bad_peer_log_lines_are_rate_limited, .timeout = 60)
 	fclose(log);
 }
 
+/* A hello of the wrong version, or garbage: the node's welcome status. */
+static int bad_hello(struct net_domain *d, const char *addr, bool garbage)
+{
+	struct mn_hello h = {.version = MN_PROTO_VERSION + 7};
+	struct mn_welcome w;
+	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX];
+	size_t rl = sizeof(rp);
+	struct net_conn *conn = NULL;
+
+	mn_hello_encode(hello, &h);
+	if (garbage)
+		memset(hello, 0x41, sizeof(hello));
+	cr_assert_eq(net_connect(d, addr, NULL, hello, sizeof(hello), &conn, rp, &rl),
+		     -ECONNREFUSED);
+	cr_assert_eq(mn_welcome_decode(rp, rl, &w), 0);
+	return w.status;
+}
+
+/* Every line a peer can repeat at will (auth failure, a volume token on
+ * another volume, lease refused, wrong-version and malformed hellos) goes
+ * through the one limiter (docs/memnode.md): a flood mixing them all costs
+ * MN_BAD_PEER_BURST lines per window in all, not per kind.  Fails when any
+ * of them is logged without the limiter, or with a limiter of its own. */
+Test(client, every_kind_of_bad_peer_line_shares_one_limiter, .timeout = 60)
+{
+	struct mn_vol_token vt = {.volume = "a", .token = "token-of-a", .len = 10};
+	static const char *const kinds[] = {"auth failure", "its token opens volume",
+					    "lease refused", "protocol version", "malformed hello"};
+	enum { NKINDS = 5, ROUNDS = 30 };
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *holder, *c = NULL;
+	struct net_domain *d;
+	unsigned long long sup;
+	unsigned n[NKINDS], total = 0;
+	FILE *log = tmpfile();
+	int saved = dup(2), fd;
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.token = "s3cret";
+	o.token_len = 6;
+	o.vol_tokens = &vt;
+	o.nvol_tokens = 1;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	const char *addr = mn_server_addr(s);
+	cr_assert_eq(mt_open(addr, "v", true, "s3cret", 3000, &holder), 0);
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_not_null(log);
+	fd = fileno(log);
+	cr_assert_geq(saved, 0);
+	cr_assert_eq(dup2(fd, 2), 2);
+	uint64_t t0 = mt_now_ms();
+	for (int i = 0; i < ROUNDS; i++) { /* interleaved: every kind is in the first lines */
+		cr_assert_eq(mt_open(addr, "v", true, "wrong", 3000, &c), -DKV_E_TOKEN);
+		cr_assert_eq(mt_open(addr, "b", false, "token-of-a", 3000, &c), -DKV_E_TOKEN);
+		cr_assert_eq(mt_open(addr, "v", true, "s3cret", 3000, &c), -DKV_E_LEASE);
+		cr_assert_eq(bad_hello(d, addr, false), -DKV_E_VERSION);
+		cr_assert_eq(bad_hello(d, addr, true), -EPROTO);
+	}
+	uint64_t took = mt_now_ms() - t0;
+	for (int k = 0; k < NKINDS; k++) {
+		n[k] = count_lines(fd, kinds[k], &sup);
+		total += n[k];
+	}
+	dup2(saved, 2);
+	close(saved);
+	/* The window opens at the first refusal: the flood spans 1 + took/W. */
+	unsigned windows = 1 + (unsigned)(took / MN_BAD_PEER_WINDOW_MS);
+	fprintf(stderr,
+		"bad-peer log: %d refusals of %d kinds in %llu ms -> %u lines "
+		"(%u %u %u %u %u)\n",
+		NKINDS * ROUNDS, NKINDS, (unsigned long long)took, total, n[0], n[1], n[2], n[3],
+		n[4]);
+	for (int k = 0; k < NKINDS; k++)
+		cr_assert_geq(n[k], 1, "no \"%s\" line: a refused peer is logged", kinds[k]);
+	cr_assert_leq(total, windows * MN_BAD_PEER_BURST,
+		      "%u lines for %d refusals in %u window(s): not one shared limiter", total,
+		      NKINDS * ROUNDS, windows);
+	mn_client_close(holder);
+	net_domain_destroy(d);
+	mn_server_destroy(s);
+	fclose(log);
+}
+
 Test(client, version_mismatch)
 {
 	struct mn_server *s = mt_server(16 << 20, NULL);
@@ -215,6 +303,40 @@ Test(client, version_mismatch)
 	cr_assert_eq(w.status, -EPROTO);
 	net_domain_destroy(d);
 	mn_server_destroy(s);
+}
+
+/* The hello is input from anyone who reaches the node (docs/rpc.md,
+ * "Handshake"): a token longer than 40 bytes, a wrong checksum or a short
+ * hello is malformed (-EPROTO), and never decoded into the token; another
+ * version is -DKV_E_VERSION whatever its length. */
+Test(client, malformed_hellos_are_refused)
+{
+	struct mn_hello h = {.version = MN_PROTO_VERSION, .token_len = 6}, g;
+	uint8_t b[MN_HELLO_SIZE + 8];
+
+	memcpy(h.token, "s3cret", 6);
+	mn_hello_encode(b, &h);
+	cr_assert_eq(mn_hello_decode(b, MN_HELLO_SIZE, &g), 0);
+	cr_assert_eq(g.token_len, 6);
+	cr_assert_arr_eq(g.token, "s3cret", 6);
+	cr_assert_eq(mn_hello_decode(b, MN_HELLO_SIZE - 1, &g), -EPROTO, "a short hello");
+	b[12] ^= 1; /* a token byte: the checksum no longer matches */
+	cr_assert_eq(mn_hello_decode(b, MN_HELLO_SIZE, &g), -EPROTO, "a wrong checksum");
+	b[12] ^= 1;
+	b[8] = MN_TOKEN_MAX + 1; /* a token longer than its field, checksummed */
+	put_u32(b + 49, crc32c(b, 49));
+	memset(&g, 0, sizeof(g));
+	cr_assert_eq(mn_hello_decode(b, MN_HELLO_SIZE, &g), -EPROTO, "a %d-byte token",
+		     MN_TOKEN_MAX + 1);
+	b[8] = 255;
+	put_u32(b + 49, crc32c(b, 49));
+	cr_assert_eq(mn_hello_decode(b, MN_HELLO_SIZE, &g), -EPROTO, "a 255-byte token");
+	/* another version is that, whatever its length (version 2's hello
+	 * was 56 bytes; a later one may be shorter) */
+	put_u16(b + 4, MN_PROTO_VERSION - 2);
+	cr_assert_eq(mn_hello_decode(b, 56, &g), -DKV_E_VERSION);
+	put_u16(b + 4, MN_PROTO_VERSION + 1);
+	cr_assert_eq(mn_hello_decode(b, 8, &g), -DKV_E_VERSION);
 }
 
 Test(client, second_writer_refused_until_first_closes)
@@ -371,6 +493,123 @@ Test(client, unix_only_node)
 	cr_assert_null(mn_server_addr(s));
 	cr_assert_str_eq(mn_server_local_addr(s), name);
 	local_roundtrip(name, NET_AUTO);
+	mn_server_destroy(s);
+}
+
+/* An abstract unix name has no permissions: any local user could reach the
+ * region through it, so the node refuses to listen there (docs/security.md;
+ * the transport itself still accepts such names, for its own tests). */
+Test(client, an_abstract_socket_is_refused)
+{
+	struct mn_server_opts o;
+	struct mn_server *s = NULL;
+	char name[64];
+	int rc;
+
+	snprintf(name, sizeof(name), "unix:@dkvfs-test-abstract-%d", (int)getpid());
+	mn_server_opts_init(&o);
+	o.listen = name;
+	o.size = 16 << 20;
+	rc = mn_server_create(&o, &s);
+	if (!rc) {
+		rc = mn_server_start(s);
+		if (!rc) {
+			/* it listens: show that a client really gets in */
+			struct mn_client_opts co = {.addr = name,
+						    .transport = NET_LOCAL,
+						    .volume = "v",
+						    .create = true,
+						    .op_timeout_ms = 2000};
+			struct mn_client *c = NULL;
+			int orc = mn_client_open(&co, &c);
+			if (!orc)
+				mn_client_close(c);
+			mn_server_destroy(s);
+			cr_assert_fail("the node listens on %s (a client's open: %s)", name,
+				       dkv_strerror(orc));
+		}
+		mn_server_destroy(s);
+	}
+	cr_assert_eq(rc, -EINVAL, "%s", dkv_strerror(rc));
+}
+
+/* A client given no token reads a local node's generated token file only for
+ * an address of this host: it never sends it elsewhere (docs/security.md).
+ * The IPv4-mapped form of 127.0.0.1 is not counted as this host
+ * (net_addr_is_local), yet reaches the node here: a client that sent the file
+ * to any address would get in with it. */
+Test(client, the_local_token_file_is_never_sent_to_another_address)
+{
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *c = NULL;
+	char other[64];
+
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.auto_token = true; /* default directory: /tmp/dkvfs-EUID, where clients look */
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	const char *addr = mn_server_addr(s);
+	snprintf(other, sizeof(other), "[::ffff:127.0.0.1]:%s", strrchr(addr, ':') + 1);
+	cr_assert(!net_addr_is_local(other), "%s counts as this host: pick another form", other);
+	/* this host: the client finds the token */
+	cr_assert_eq(mt_open(addr, "v", false, NULL, 3000, &c), 0);
+	mn_client_close(c);
+	c = NULL;
+	int rc = mt_open(other, "v", false, NULL, 3000, &c);
+	if (rc == -ECONNREFUSED || rc == -EAFNOSUPPORT || rc == -ENETUNREACH ||
+	    rc == -EADDRNOTAVAIL) {
+		mn_server_destroy(s);
+		cr_skip_test("no IPv4-mapped IPv6 on this host (%s)", dkv_strerror(rc));
+	}
+	if (!rc)
+		mn_client_close(c);
+	cr_assert_eq(rc, -DKV_E_TOKEN, "another address got in with this host's token file: %s",
+		     dkv_strerror(rc));
+	mn_server_destroy(s);
+}
+
+/* DISCARD punches pages out of the region: a writer may discard only its own
+ * volume's space (docs/rpc.md: -EPERM otherwise).  Another volume's slab,
+ * a range reaching into it, the region header and unallocated pages are
+ * refused and keep their bytes; its own slab reads zeros afterwards. */
+Test(client, discard_is_refused_outside_the_volume)
+{
+	struct mn_server *s = mt_server(64 << 20, NULL);
+	struct mn_client *a, *b;
+	struct mn_extent ea, eb;
+	static char pat[64 << 10], back[64 << 10], zero[64 << 10];
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "a", true, NULL, 2000, &a), 0);
+	cr_assert_eq(mt_open(mn_server_addr(s), "b", true, NULL, 2000, &b), 0);
+	cr_assert_eq(mn_alloc_slab(a, 1 << 20, &ea), 0);
+	cr_assert_eq(mn_alloc_slab(b, 1 << 20, &eb), 0);
+	for (size_t i = 0; i < sizeof(pat); i++)
+		pat[i] = (char)(i * 11 + 3);
+	cr_assert_eq(mn_write(a, ea.off, pat, sizeof(pat)), 0);
+	cr_assert_eq(mn_write(b, eb.off, pat, sizeof(pat)), 0);
+
+	struct mn_extent other = {ea.off, sizeof(pat)};
+	cr_assert_eq(mn_discard(b, &other, 1), -EPERM, "b discarded a's slab");
+	uint64_t lo = ea.off < eb.off ? ea.off : eb.off;
+	struct mn_extent both = {lo, 2 << 20}; /* its own slab and the other's */
+	if ((ea.off > eb.off ? ea.off - eb.off : eb.off - ea.off) == (1 << 20))
+		cr_assert_eq(mn_discard(b, &both, 1), -EPERM, "a range reaching into a's slab");
+	struct mn_extent header = {0, sizeof(pat)};
+	cr_assert_eq(mn_discard(b, &header, 1), -EPERM, "the region header");
+	struct mn_extent unalloc = {32 << 20, 1 << 20};
+	cr_assert_eq(mn_discard(b, &unalloc, 1), -EPERM, "unallocated pages");
+	cr_assert_eq(mn_read(a, ea.off, back, sizeof(back)), 0);
+	cr_assert_arr_eq(back, pat, sizeof(pat), "a's bytes were discarded by b");
+
+	struct mn_extent own = {eb.off, sizeof(pat)};
+	cr_assert_eq(mn_discard(b, &own, 1), 0);
+	cr_assert_eq(mn_read(b, eb.off, back, sizeof(back)), 0);
+	cr_assert_arr_eq(back, zero, sizeof(zero), "a discarded range reads zeros");
+	mn_client_close(a);
+	mn_client_close(b);
 	mn_server_destroy(s);
 }
 

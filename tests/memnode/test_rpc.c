@@ -8,6 +8,7 @@
 #include "memnode/mn_proto.h"
 #include "mn_test.h"
 #include "net/rpc.h"
+#include "net/rpc_int.h" /* RPC_CONN_ARG_BUDGET */
 
 /* ---- a tiny server of our own: op 1 echoes, op 2 replies later ---- */
 
@@ -525,6 +526,75 @@ Test(rpc, argument_memory_is_bounded_for_all_connections, .timeout = 30)
 	}
 	cr_assert_eq(r, 0, "room again: %s", dkv_strerror(r));
 	cr_assert_eq(get_u32(rep), alen);
+	rpc_chan_unref(c1);
+	rpc_chan_unref(c2);
+	net_dereg_mr(mr);
+	free(arg);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
+}
+
+struct held_call {
+	struct rpc_chan *ch;
+	struct rpc_arg *a;
+	uint32_t ms;
+	int r;
+};
+
+static void *held_call_main(void *p)
+{
+	struct held_call *h = p;
+	uint8_t req[4], rep[64];
+	size_t rl;
+
+	put_u32(req, h->ms);
+	h->r = rpc_call_timeout(h->ch, 4, req, 4, h->a, rep, sizeof(rep), &rl, 5 * h->ms + 10000);
+	return NULL;
+}
+
+/* One connection holds at most RPC_CONN_ARG_BUDGET (256 MiB) of pulled
+ * arguments, whatever room the server has in all (docs/rpc.md, "Malformed
+ * input"): four 64 MiB arguments held by slow calls fill it, a fifth on the
+ * same connection is answered -EBUSY without being pulled, and the same call
+ * on another connection goes through. */
+Test(rpc, argument_memory_is_bounded_per_connection, .timeout = 60)
+{
+	enum { HELD = (int)(RPC_CONN_ARG_BUDGET / RPC_ARG_MAX) };
+	struct tsrv t;
+	struct net_domain *d;
+	struct rpc_chan *c1, *c2;
+	struct net_mr *mr;
+	size_t alen = RPC_ARG_MAX;
+	uint8_t *arg = calloc(1, alen), rep[64];
+	size_t rl;
+	pthread_t th[HELD];
+	struct held_call h[HELD];
+
+	cr_assert_not_null(arg);
+	tsrv_start_budget(&t,
+			  4 * RPC_CONN_ARG_BUDGET); /* room in all: only the per-connection bound */
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
+	c1 = t_connect(d, t.addr);
+	c2 = t_connect(d, t.addr);
+	cr_assert_eq(net_reg_mr(d, arg, alen, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &mr),
+		     0);
+	struct rpc_arg a = {arg, alen, mr->rkey};
+	for (int i = 0; i < HELD; i++) {
+		/* the late thread answers them one after another, 600 ms each */
+		h[i] = (struct held_call){c1, &a, 600u * (unsigned)test_time_scale(), -1};
+		cr_assert_eq(pthread_create(&th[i], NULL, held_call_main, &h[i]), 0);
+	}
+	usleep(300 * 1000 * test_time_scale()); /* all four in; their room reserved in order */
+	cr_assert_eq(rpc_call(c1, 1, "x", 1, &a, rep, sizeof(rep), &rl), -EBUSY,
+		     "a fifth 64 MiB argument on a connection holding 256 MiB");
+	cr_assert_eq(rpc_call(c1, 1, "x", 1, NULL, rep, sizeof(rep), &rl), 0, "no argument: fine");
+	cr_assert_eq(rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl), 0,
+		     "another connection has room of its own");
+	cr_assert_eq(get_u32(rep), alen);
+	for (int i = 0; i < HELD; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(h[i].r, 7, "held call %d: %s", i, dkv_strerror(h[i].r));
+	}
 	rpc_chan_unref(c1);
 	rpc_chan_unref(c2);
 	net_dereg_mr(mr);

@@ -7,9 +7,13 @@
  *     without one (SO_PEERCRED);
  *   - a volume token opens that volume only and sees no node-wide state;
  *   - the generated admin token, the local socket and their directory are
- *     private to the node's uid, and a same-host client finds the token.
+ *     private to the node's uid, and a same-host client finds the token;
+ *   - --local-group trusts a primary group only; a client never maps the
+ *     region of a node of another uid; local peers are capped per uid;
+ *   - a token file's first line holds 1 to 40 bytes.
  * The other-uid cases run in a forked child that drops to uid 65534. */
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/stat.h>
 
 #include "mn_test.h"
@@ -82,6 +86,33 @@ static int peer_child(const char *addr, uid_t uid, const char *token, bool want_
 	return 0;
 }
 
+/* Child of another uid in group gid: as its primary group (primary), or only
+ * among its supplementary groups.  It must be trusted exactly when gid is its
+ * primary group: without a token it then gets in with the mapping, else it is
+ * refused. */
+static int group_child(const char *addr, uid_t uid, gid_t gid, bool primary)
+{
+	gid_t prim = primary ? gid : uid;
+	gid_t supp[1] = {gid};
+
+	if (setgroups(primary ? 0 : 1, supp) || setresgid(prim, prim, prim) ||
+	    setresuid(uid, uid, uid))
+		return 20;
+	if (!primary) {
+		struct mn_client_opts o = {.addr = addr,
+					   .transport = NET_LOCAL,
+					   .volume = "sec",
+					   .create = true,
+					   .op_timeout_ms = 3000};
+		struct mn_client *c = NULL;
+		int rc = mn_client_open(&o, &c);
+		if (!rc)
+			mn_client_close(c);
+		return rc == -DKV_E_TOKEN ? 0 : 21; /* trusted by a supplementary group */
+	}
+	return peer_child(addr, 0, NULL, true); /* credentials already set */
+}
+
 static int run_child(const char *addr, uid_t uid, const char *token, bool want_map)
 {
 	int st;
@@ -94,11 +125,24 @@ static int run_child(const char *addr, uid_t uid, const char *token, bool want_m
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
+static int fork_child_rc(int (*fn)(const char *, uid_t, gid_t, bool), const char *addr, uid_t uid,
+			 gid_t gid, bool primary)
+{
+	int st;
+	pid_t p = fork();
+
+	cr_assert_geq(p, 0);
+	if (p == 0)
+		_exit(fn(addr, uid, gid, primary));
+	cr_assert_eq(waitpid(p, &st, 0), p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
 /* The node runs in a child forked before this process has any thread, so the
  * peers forked below start from a single-threaded parent (a fork from a
  * threaded one may inherit a lock held by a thread that is gone: under ASan
  * that hung).  It reports readiness on a pipe and runs until killed. */
-static pid_t node_child(const char *addr, const char *path)
+static pid_t node_child(const char *addr, const char *path, int group, uid_t uid, unsigned per_peer)
 {
 	int pfd[2];
 	char c;
@@ -110,19 +154,26 @@ static pid_t node_child(const char *addr, const char *path)
 	if (p == 0) {
 		struct mn_server_opts o;
 		struct mn_server *s;
+		if (uid && (setresgid(uid, uid, uid) || setresuid(uid, uid, uid)))
+			_exit(1);
 		mn_server_opts_init(&o);
 		o.listen = addr;
 		o.size = 16 << 20;
 		o.token = "admin-token";
 		o.token_len = strlen(o.token);
+		o.local_group = group;
+		o.max_conns_per_peer = per_peer; /* 0: the default */
 		if (mn_server_create(&o, &s) || mn_server_start(s))
 			_exit(1);
 		struct stat st;
-		/* 'm': the socket had the wrong mode */
-		c = stat(path, &st) == 0 && (st.st_mode & 0777) == 0600 ? 'y' : 'm';
+		/* 'm': the socket had the wrong mode (or group) */
+		c = stat(path, &st) == 0 && (st.st_mode & 0777) == (group < 0 ? 0600 : 0660) &&
+			    (group < 0 || st.st_gid == (gid_t)group)
+			? 'y'
+			: 'm';
 		/* Widen the socket as a careless operator might: the node itself
 		 * must still keep the mapping to its own uid. */
-		if (chmod(path, 0666))
+		if (group < 0 && !uid && chmod(path, 0666))
 			c = 'c';
 		if (write(pfd[1], &c, 1) != 1)
 			_exit(1);
@@ -132,7 +183,7 @@ static pid_t node_child(const char *addr, const char *path)
 	close(pfd[1]);
 	cr_assert_eq(read(pfd[0], &c, 1), 1, "the node did not start");
 	close(pfd[0]);
-	cr_assert_eq(c, 'y', "the node's local socket is not 0600 (%c)", c);
+	cr_assert_eq(c, 'y', "the node's local socket is not 0600, or 0660 for its group (%c)", c);
 	return p;
 }
 
@@ -143,7 +194,7 @@ Test(security, local_peer_of_another_uid_gets_frames_not_the_region)
 
 	snprintf(path, sizeof(path), "/tmp/dkvfs-test-sec-%d.sock", (int)getpid());
 	snprintf(addr, sizeof(addr), "unix:%s", path);
-	node = node_child(addr, path);
+	node = node_child(addr, path, -1, 0, 0);
 	int r1 = run_child(addr, 0, NULL, true);
 	int r2 = run_child(addr, 65534, NULL, false);
 	int r3 = run_child(addr, 65534, "admin-token", false);
@@ -153,6 +204,123 @@ Test(security, local_peer_of_another_uid_gets_frames_not_the_region)
 	cr_assert_eq(r1, 0, "same uid: no token, shared mapping");
 	cr_assert_eq(r2, 0, "other uid without a token");
 	cr_assert_eq(r3, 0, "other uid with the token: frames only, grants checked");
+}
+
+/* The mapping works both ways (docs/security.md): a client maps only a
+ * trusted node's region.  A node of another uid trusts a root client and
+ * announces its region, but the client must not map it (that node could
+ * truncate the file under it): it goes by frames, grants checked. */
+Test(security, a_client_maps_no_region_of_a_node_of_another_uid)
+{
+	char path[96], addr[112];
+	pid_t node;
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-other-%d.sock", (int)getpid());
+	snprintf(addr, sizeof(addr), "unix:%s", path);
+	node = node_child(addr, path, -1, 65534, 0);
+	int r = run_child(addr, 0, NULL, false);
+	kill(node, SIGKILL);
+	waitpid(node, NULL, 0);
+	unlink(path);
+	cr_assert_eq(r, 0, "a root client of a uid-65534 node: no mapping, frames work (%d)", r);
+}
+
+/* --local-group: a peer of another uid whose primary group is the node's
+ * trust group counts as the node's own (no token, the region's mapping); one
+ * that has the group only among its supplementary groups does not
+ * (SO_PEERCRED carries the primary gid only): it reaches the 0660 socket but
+ * needs a token. */
+Test(security, local_group_trusts_the_primary_group_only)
+{
+	const gid_t grp = 54321; /* a group nobody else uses */
+	char path[96], addr[112];
+	pid_t node;
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-grp-%d.sock", (int)getpid());
+	snprintf(addr, sizeof(addr), "unix:%s", path);
+	node = node_child(addr, path, (int)grp, 0, 0);
+	int r1 = fork_child_rc(group_child, addr, 65534, grp, true);
+	int r2 = fork_child_rc(group_child, addr, 65534, grp, false);
+	kill(node, SIGKILL);
+	waitpid(node, NULL, 0);
+	unlink(path);
+	cr_assert_eq(r1, 0, "primary group member: no token, shared mapping (%d)", r1);
+	cr_assert_eq(r2, 0, "supplementary group member: must need a token (%d)", r2);
+}
+
+/* Open n local clients of volumes PREFIX0.. as uid; 0 or the first error.
+ * The clients stay open (the process exits with them). */
+static int open_local(const char *addr, uid_t uid, const char *token, const char *prefix, int n)
+{
+	if (uid && (setresgid(uid, uid, uid) || setresuid(uid, uid, uid)))
+		return -EPERM;
+	for (int i = 0; i < n; i++) {
+		char vol[16];
+		struct mn_client *c;
+		struct mn_client_opts o = {.addr = addr,
+					   .transport = NET_LOCAL,
+					   .volume = vol,
+					   .create = true,
+					   .op_timeout_ms = 3000};
+		snprintf(vol, sizeof(vol), "%s%d", prefix, i);
+		if (token) {
+			o.token = token;
+			o.token_len = strlen(token);
+		}
+		int rc = mn_client_open(&o, &c);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* --max-conns-per-peer counts a local peer by its uid, not its process
+ * (docs/memnode.md): with a bound of 2, a process of uid 0 holding two
+ * connections leaves no room for another process of uid 0, while a peer of
+ * another uid still gets in. */
+Test(security, local_connections_are_capped_per_uid_not_per_process)
+{
+	char path[96], addr[112], c;
+	int hold[2], go[2], st;
+	pid_t node, a;
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-cap-%d.sock", (int)getpid());
+	snprintf(addr, sizeof(addr), "unix:%s", path);
+	node = node_child(addr, path, -1, 0, 2);
+	cr_assert_eq(pipe(hold), 0);
+	cr_assert_eq(pipe(go), 0);
+	a = fork();
+	cr_assert_geq(a, 0);
+	if (a == 0) { /* two connections, held until the parent says go */
+		c = open_local(addr, 0, NULL, "a", 2) ? 'n' : 'y';
+		if (write(hold[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(1);
+		_exit(0);
+	}
+	cr_assert_eq(read(hold[0], &c, 1), 1);
+	int same = -1, other = -1;
+	if (c == 'y') {
+		pid_t b = fork();
+		cr_assert_geq(b, 0);
+		if (b == 0)
+			_exit(open_local(addr, 0, NULL, "b", 1) == -DKV_E_CONNS ? 0 : 1);
+		cr_assert_eq(waitpid(b, &st, 0), b);
+		same = WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+		b = fork();
+		cr_assert_geq(b, 0);
+		if (b == 0)
+			_exit(open_local(addr, 65534, "admin-token", "c", 1) ? 1 : 0);
+		cr_assert_eq(waitpid(b, &st, 0), b);
+		other = WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+	}
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	waitpid(a, NULL, 0);
+	kill(node, SIGKILL);
+	waitpid(node, NULL, 0);
+	unlink(path);
+	cr_assert_eq(c, 'y', "the first process did not get its two connections");
+	cr_assert_eq(same, 0, "a second process of the same uid got a third connection");
+	cr_assert_eq(other, 0, "a peer of another uid was refused");
 }
 
 /* A tcp client with token tok on volume vol; its open's result. */
@@ -332,6 +500,8 @@ Test(security, unsafe_socket_directories_are_refused)
 	cr_assert_eq(net_local_dir_secure(d, false, -1), 0);
 	cr_assert_eq(chmod(d, 0777), 0);
 	cr_assert_eq(net_local_dir_secure(d, false, -1), -EPERM, "world-writable");
+	cr_assert_eq(chmod(d, 0770), 0);
+	cr_assert_eq(net_local_dir_secure(d, false, -1), -EPERM, "group-writable");
 	cr_assert_eq(chmod(d, 0700), 0);
 	cr_assert_eq(chown(d, 65534, 65534), 0);
 	cr_assert_eq(net_local_dir_secure(d, false, -1), -EPERM, "another user's");
@@ -342,4 +512,46 @@ Test(security, unsafe_socket_directories_are_refused)
 	cr_assert_eq(net_local_dir_secure(l, false, -1), -EPERM, "a symlink");
 	unlink(l);
 	rmdir(d);
+}
+
+/* Write s to path; mn_token_file_read's result, the token in tok. */
+static int read_token_of(const char *path, const char *s, char *tok, size_t *len)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f);
+	fputs(s, f);
+	fclose(f);
+	memset(tok, 0, MN_TOKEN_MAX + 2);
+	*len = 0;
+	return mn_token_file_read(path, tok, len);
+}
+
+/* --token-file: the first line holds the admin token, 1 to 40 bytes
+ * (docs/security.md).  An empty first line is refused, not taken as "no
+ * token" (which would leave the node open to all), and so is a longer one
+ * (never cut down to a shorter token). */
+Test(security, a_token_file_holds_1_to_40_bytes_on_its_first_line)
+{
+	char path[64], tok[MN_TOKEN_MAX + 2], line[MN_TOKEN_MAX + 8];
+	size_t len;
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-tokfile-%d", (int)getpid());
+	cr_assert_eq(read_token_of(path, "s3cret\nsecond line\n", tok, &len), 0);
+	cr_assert_eq(len, 6);
+	cr_assert_arr_eq(tok, "s3cret", 6);
+	cr_assert_eq(read_token_of(path, "crlf\r\n", tok, &len), 0);
+	cr_assert_eq(len, 4);
+	cr_assert_eq(read_token_of(path, "x", tok, &len), 0);
+	cr_assert_eq(len, 1);
+	memset(line, 'k', MN_TOKEN_MAX);
+	strcpy(line + MN_TOKEN_MAX, "\n");
+	cr_assert_eq(read_token_of(path, line, tok, &len), 0, "a 40-byte token");
+	cr_assert_eq(len, MN_TOKEN_MAX);
+	strcpy(line + MN_TOKEN_MAX, "k\n");
+	cr_assert_eq(read_token_of(path, line, tok, &len), -EINVAL, "a 41-byte token");
+	cr_assert_eq(read_token_of(path, "", tok, &len), -EINVAL, "an empty file");
+	cr_assert_eq(read_token_of(path, "\nsecond line\n", tok, &len), -EINVAL,
+		     "an empty first line");
+	unlink(path);
 }

@@ -574,6 +574,228 @@ Test(frames, queued_read_replies_are_bounded_per_connection, .timeout = 60)
 	free(got);
 }
 
+/* A peer reading its READ replies in a thread of its own (no Criterion
+ * asserts off the main thread): good counts the replies that came whole,
+ * status 0 and the expected bytes; why says what went wrong first. */
+struct reply_reader {
+	int fd;
+	const uint8_t *expect;
+	size_t len;
+	int frames, good;
+	const char *why;
+};
+
+static bool read_full(int fd, uint8_t *buf, size_t n)
+{
+	while (n) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 10000) != 1)
+			return false;
+		ssize_t r = read(fd, buf, n);
+		if (r <= 0)
+			return false;
+		buf += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static void *reply_reader_main(void *arg)
+{
+	struct reply_reader *r = arg;
+	uint8_t hb[NS_HDR_SIZE], *got = malloc(r->len);
+	struct ns_hdr h;
+
+	r->why = "none";
+	for (int i = 0; got && i < r->frames; i++) {
+		if (!read_full(r->fd, hb, sizeof(hb)) || ns_hdr_decode(hb, &h)) {
+			r->why = "no reply (10 s)";
+			break;
+		}
+		if (h.op != NS_READ_RESP || h.status || h.len != r->len) {
+			r->why = "refused";
+			break;
+		}
+		if (!read_full(r->fd, got, r->len)) {
+			r->why = "reply cut short";
+			break;
+		}
+		if (memcmp(got, r->expect, r->len)) {
+			r->why = "wrong bytes";
+			break;
+		}
+		r->good++;
+	}
+	free(got);
+	return NULL;
+}
+
+/* The other bound: READ replies queued in the whole process stay within
+ * NS_READ_QUEUE_ALL (1 GiB), whatever each connection may queue.  Six peers
+ * that read nothing ask for four 64 MiB READs each: three fit in each
+ * connection's 256 MiB, 1,152 MiB in all, so the last ones must wait for
+ * the process budget; once the peers read, every READ is answered whole. */
+Test(frames, queued_read_replies_are_bounded_in_all, .timeout = 60)
+{
+	enum { PEERS = 6, READS = 4 };
+	const size_t len = NS_READ_QUEUE_MAX / 4;
+	/* (sanitizer builds are slower, DKVFS_TEST_TIME_SCALE; a peer whose
+	 * socket stays full for op_timeout_ms is dropped, so it must outlast
+	 * the watch below) */
+	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
+	int scale = e && atoi(e) > 1 && atoi(e) <= 100 ? atoi(e) : 1;
+	struct net_conn_opts o = {.op_timeout_ms = 20000 * scale, .max_recv_wr = 8};
+	uint8_t *region = malloc(len);
+	struct read_peer p[PEERS];
+
+	cr_assert(region);
+	cr_assert_gt(PEERS * (NS_READ_QUEUE_MAX / len - 1) * len, NS_READ_QUEUE_ALL,
+		     "the peers cannot pass the process bound");
+	for (size_t i = 0; i < len; i++)
+		region[i] = (uint8_t)(i * 13 + 5);
+	for (int k = 0; k < PEERS; k++) {
+		read_peer_open(&p[k], &o, region, len, "hoarder");
+		for (uint64_t s = 1; s <= READS; s++)
+			send_read(p[k].sv[1], s, p[k].g, region, len);
+	}
+	/* Watch until the queue near the bound has stopped growing for 1 s, at
+	 * most 3 s (times the scale): the connections copy as fast as the
+	 * machine lets them.  Without the bound it stops growing too, well
+	 * past it. */
+	size_t q = 0;
+	for (int t = 0, still = 0; t < 60 * scale && still < 20; t++) {
+		size_t now = ns_read_queued_all();
+		still = now <= q && q >= NS_READ_QUEUE_ALL - 2 * len ? still + 1 : 0;
+		q = now > q ? now : q;
+		usleep(50 * 1000);
+	}
+	cr_assert_leq(q, NS_READ_QUEUE_ALL, "%zu MiB of READ replies queued in the process",
+		      q >> 20);
+	cr_assert_geq(q, NS_READ_QUEUE_ALL - 2 * len,
+		      "only %zu MiB queued: the test did not fill the budget", q >> 20);
+	/* The peers read side by side, as real ones do: read one after the
+	 * other, the first waits for room that only the later ones give. */
+	struct reply_reader rr[PEERS];
+	pthread_t th[PEERS];
+	for (int k = 0; k < PEERS; k++) {
+		rr[k] = (struct reply_reader){
+		    .fd = p[k].sv[1], .expect = region, .len = len, .frames = READS};
+		cr_assert_eq(pthread_create(&th[k], NULL, reply_reader_main, &rr[k]), 0);
+	}
+	for (int k = 0; k < PEERS; k++) {
+		pthread_join(th[k], NULL);
+		cr_assert_eq(rr[k].good, READS, "peer %d: %d of %d READs answered whole (%s)", k,
+			     rr[k].good, READS, rr[k].why);
+	}
+	for (int k = 0; k < PEERS; k++)
+		read_peer_close(&p[k]);
+	cr_assert_eq(ns_read_queued_all(), 0);
+	free(region);
+}
+
+/* A READ checked when it arrives may then wait for the reply budget, up to
+ * op_timeout_ms.  A revoke meanwhile ends its access too (docs/security.md,
+ * "A revoke ends every access"): the copy is checked again when it is made,
+ * so the waiting READ is refused, and never carries the next owner's bytes. */
+Test(frames, a_read_waiting_for_the_budget_carries_nothing_after_a_revoke, .timeout = 60)
+{
+	const size_t len = NS_READ_QUEUE_MAX / 4;
+	struct net_conn_opts o = {.op_timeout_ms = 20000, .max_recv_wr = 8};
+	uint8_t *region = malloc(len), *got = malloc(len), *old = malloc(len);
+	struct read_peer p;
+	int st;
+
+	cr_assert(region && got && old);
+	memset(region, 0x22, len);
+	memset(old, 0x22, len);
+	read_peer_open(&p, &o, region, len, "waiter");
+	for (uint64_t s = 1; s <= 4; s++)
+		send_read(p.sv[1], s, p.g, region, len);
+	/* three replies fill the connection's budget; the fourth READ waits */
+	for (int t = 0; t < 100 && ns_read_queued_all() < 3 * len; t++)
+		usleep(30 * 1000);
+	cr_assert_geq(ns_read_queued_all(), 3 * len, "the budget did not fill");
+	usleep(100 * 1000);
+	cr_assert_eq(net_revoke(p.c, p.g), 0);
+	memset(region, 0x11, len); /* the memory is someone else's now */
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(read_frame(p.sv[1], got, len, &st), len, "READ %d", i);
+		cr_assert_eq(st, 0, "READ %d, answered before the revoke, refused", i);
+		cr_assert_eq(memcmp(got, old, len), 0, "READ %d", i);
+	}
+	size_t n = read_frame(p.sv[1], got, len, &st);
+	if (st == 0)
+		for (size_t i = 0; i < n; i++)
+			cr_assert_eq(got[i], 0x22,
+				     "byte %zu of the waiting READ's reply is the new "
+				     "owner's",
+				     i);
+	cr_assert_neq(st, 0, "the waiting READ was answered after the revoke");
+	read_peer_close(&p);
+	free(region);
+	free(got);
+	free(old);
+}
+
+/* A WRITE_IMM that claims it wrote in place (INPLACE) is for a peer that
+ * shares our mapping.  From a peer that does not (tcp, or a local peer that
+ * is not trusted) no byte was written, and the claim breaks the connection
+ * (docs/security.md): the RECV it would consume completes with an error, no
+ * ACK says the WRITE landed. */
+Test(frames, an_in_place_claim_without_a_mapping_breaks_the_connection, .timeout = 30)
+{
+	struct net_conn_opts o = {.op_timeout_ms = 2000, .max_recv_wr = 8};
+	static uint8_t region[4096], rb[1024];
+	struct net_domain *d;
+	struct net_conn *c;
+	struct net_mr *mr, *rmr;
+	struct net_wc wc[4];
+	uint8_t hb[NS_HDR_SIZE], ab[NS_HDR_SIZE];
+	uint32_t g;
+	int sv[2], got = 0;
+
+	cr_assert_eq(net_domain_create(NET_TCP, &d), 0);
+	cr_assert_eq(net_reg_mr(d, region, sizeof(region),
+				NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE, &mr),
+		     0);
+	cr_assert_eq(net_reg_mr(d, rb, sizeof(rb), NET_ACCESS_LOCAL_WRITE, &rmr), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cr_assert_eq(ns_conn_from_fd(d, sv[0], &o, "claimer", &c), 0);
+	cr_assert_eq(net_grant(c, mr, region, sizeof(region), NET_ACCESS_REMOTE_WRITE, &g), 0);
+	cr_assert_eq(net_post_recv(c, 7, rb, sizeof(rb), rmr->lkey), 0);
+	struct ns_hdr h = {.op = NS_WRITE_IMM,
+			   .flags = NS_F_INPLACE,
+			   .len = 64,
+			   .seq = 1,
+			   .rkey = g,
+			   .raddr = (uint64_t)(uintptr_t)region,
+			   .imm = 0x1234};
+	ns_hdr_encode(hb, &h);
+	cr_assert_eq(write(sv[1], hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	for (int t = 0; t < 40 && !got; t++)
+		got = net_poll(c, wc, 4, 50);
+	cr_assert_eq(got, 1, "the RECV never completed");
+	cr_assert_eq(wc[0].wr_id, 7);
+	cr_assert_lt(wc[0].status, 0,
+		     "an in-place WRITE_IMM from a peer without the mapping "
+		     "completed a RECV");
+	for (int t = 0; t < 50 && net_conn_ok(c); t++)
+		usleep(10 * 1000);
+	cr_assert(!net_conn_ok(c), "the connection survived the claim");
+	/* and it never acknowledged the WRITE */
+	struct pollfd pf = {.fd = sv[1], .events = POLLIN};
+	if (poll(&pf, 1, 200) == 1 && read(sv[1], ab, sizeof(ab)) == (ssize_t)sizeof(ab)) {
+		struct ns_hdr a;
+		if (!ns_hdr_decode(ab, &a))
+			cr_assert(a.op != NS_ACK || a.status != 0, "the claim was acknowledged");
+	}
+	close(sv[1]);
+	net_close(c);
+	net_dereg_mr(rmr);
+	net_dereg_mr(mr);
+	net_domain_destroy(d);
+}
+
 /* A peer that never reads its replies loses its connection after
  * op_timeout_ms, and the copies it held go back to the budget. */
 Test(frames, a_peer_that_never_reads_its_replies_is_dropped, .timeout = 60)
