@@ -198,16 +198,18 @@ int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off
 		dh->pos = 0;
 		dh->has_pending = false;
 	}
-	/* glibc's readdir skips entries whose d_ino is 0: give both a number */
+	/* glibc's readdir skips entries whose d_ino is 0: give both a number.
+	 * After a restart the entries before off were listed already: skip
+	 * them, these fixed ones too (seekdir gave ".." and "." again). */
 	if (dh->pos == 0) {
 		struct stat st = { .st_mode = S_IFDIR, .st_ino = dh->ino ? dh->ino : FS_ROOT_INO };
-		if (filler(buf, ".", &st, 1, 0))
+		if (off < 1 && filler(buf, ".", &st, 1, 0))
 			goto out;
 		dh->pos = 1;
 	}
 	if (dh->pos == 1) {
 		struct stat st = { .st_mode = S_IFDIR, .st_ino = FS_ROOT_INO };
-		if (filler(buf, "..", &st, 2, 0))
+		if (off < 2 && filler(buf, "..", &st, 2, 0))
 			goto out;
 		dh->pos = 2;
 	}
@@ -215,14 +217,14 @@ int fs_op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off
 		if (dh->pos == 2) {
 			struct stat st;
 			fs_op_special_stat(2, &st);
-			if (filler(buf, "stats", &st, 3, ff))
+			if (off < 3 && filler(buf, "stats", &st, 3, ff))
 				goto out;
 			dh->pos = 3;
 		}
 		if (dh->pos == 3) {
 			struct stat st;
 			fs_op_special_stat(4, &st);
-			if (filler(buf, "compact", &st, 4, ff))
+			if (off < 4 && filler(buf, "compact", &st, 4, ff))
 				goto out;
 			dh->pos = 4;
 		}

@@ -5,6 +5,7 @@
  * with its defaults and real tools and checks that what was written is what
  * is read, through another handle, another process and after a remount. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +158,56 @@ Test(cache, a_listing_gives_the_kernel_every_name)
 	cr_assert_eq(sh("cd %s/w && seq -f f%%04g 300 | xargs stat > /dev/null", MNT), 0);
 	long long after = mt_stat("fs_lookups");
 	cr_assert_eq(after, before, "%lld of 300 listed names were looked up again", after - before);
+	down();
+}
+
+/* docs/fs.md, "Listing": `seekdir` to an old offset restarts and skips, and
+ * rewinddir starts over; a listing of 300 names spans several READDIRs, so
+ * both the middle of an earlier batch and the start are revisited after the
+ * handle has listed to its end. */
+Test(cache, seekdir_and_rewinddir_go_back_in_a_listing)
+{
+	enum { N = 300 };
+	static char names[N + 2][256];
+	static long pos[N + 2];
+	char p[PATH_MAX + 16];
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("mkdir %s/s && cd %s/s && seq -f f%%04g %d | xargs touch", MNT, MNT, N), 0);
+	snprintf(p, sizeof(p), "%s/s", MNT);
+	DIR *d = opendir(p);
+	cr_assert_not_null(d);
+	int n = 0;
+	for (;;) {
+		long at = telldir(d);
+		struct dirent *e = readdir(d);
+		if (!e)
+			break;
+		cr_assert_lt(n, N + 2, "more than %d entries", N + 2);
+		pos[n] = at;
+		snprintf(names[n], sizeof(names[n]), "%s", e->d_name);
+		n++;
+	}
+	cr_assert_eq(n, N + 2, "%d entries listed, not %d", n, N + 2);
+	/* back to an entry of an earlier batch: the listing goes on from there */
+	for (int k = N / 2; k > 0; k -= N / 3) {
+		seekdir(d, pos[k]);
+		for (int i = k; i < n; i++) {
+			struct dirent *e = readdir(d);
+			cr_assert_not_null(e, "after seekdir to entry %d: the listing ended at entry %d", k,
+					   i);
+			cr_assert_str_eq(e->d_name, names[i], "after seekdir to entry %d: entry %d is %s",
+					 k, i, e->d_name);
+		}
+		cr_assert_null(readdir(d));
+	}
+	rewinddir(d);
+	for (int i = 0; i < n; i++) {
+		struct dirent *e = readdir(d);
+		cr_assert_not_null(e, "after rewinddir: the listing ended at entry %d", i);
+		cr_assert_str_eq(e->d_name, names[i], "after rewinddir: entry %d is %s", i, e->d_name);
+	}
+	cr_assert_null(readdir(d));
+	closedir(d);
 	down();
 }
 
