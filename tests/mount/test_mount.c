@@ -469,6 +469,30 @@ Test(mount, reads_stamp_atime_like_relatime)
 	cr_assert_neq(up("atime=sometimes"), 0, "a bad atime= value was accepted");
 }
 
+/* atime=strict (docs/fs.md, "Timestamps"): every read that reaches the
+ * daemon stamps atime, also a read of a file whose atime is already newer
+ * than its mtime and ctime (which relatime leaves alone). Each read follows
+ * a remount, so the kernel's page cache does not serve it. */
+Test(mount, atime_strict_stamps_every_read)
+{
+	char a[64], b[64];
+	cr_assert_eq(up("atime=strict"), 0);
+	cr_assert_eq(sh("echo data > %s/f", MNT), 0);
+	down();
+	cr_assert_eq(up("atime=strict"), 0);
+	cr_assert_eq(sh("cat %s/f > /dev/null", MNT), 0); /* atime > mtime, ctime from here */
+	down();
+	cr_assert_eq(up("atime=strict"), 0);
+	sh_out(a, sizeof(a), "stat -c %%.9X %s/f", MNT);
+	cr_assert_eq(sh("cat %s/f > /dev/null", MNT), 0);
+	down();
+	cr_assert_eq(up("atime=strict"), 0);
+	sh_out(b, sizeof(b), "stat -c %%.9X %s/f", MNT);
+	cr_assert_gt(strtod(b, NULL), strtod(a, NULL),
+		     "atime=strict did not stamp a read of an unchanged file (%s, then %s)", a, b);
+	down();
+}
+
 /* libfuse's "Ignoring invalid max threads value 4294967295 > max (100000)"
  * came with every mount (issue 13): the thread pool is configured at its
  * cause, and neither the daemon's stderr nor its log says so any more. */
@@ -829,6 +853,206 @@ Test(mount, ownership_and_permissions_are_enforced)
 	down();
 }
 
+/* docs/fs.md, "Ownership": under a setgid directory new names take the
+ * directory's gid, not the caller's, and new directories inherit the bit. */
+Test(mount, a_setgid_directory_gives_its_gid_and_its_bit)
+{
+	cr_assert_eq(up("allow_other"), 0); /* callers of another gid */
+	cr_assert_eq(sh("mkdir %s/g && chown 0:4321 %s/g && chmod 2775 %s/g", MNT, MNT, MNT), 0);
+	cr_assert_eq(sh("setpriv --reuid=0 --regid=77 --clear-groups sh -c "
+			"'echo x > %s/g/f && mkdir %s/g/sub && mkfifo %s/g/p && ln -s f %s/g/l'",
+			MNT, MNT, MNT, MNT), 0);
+	char o[128];
+	sh_out(o, sizeof(o), "stat -c %%g %s/g/f %s/g/sub %s/g/p | sort -u", MNT, MNT, MNT);
+	cr_assert_str_eq(o, "4321", "new names under a setgid directory got gid %s", o);
+	sh_out(o, sizeof(o), "stat -c %%g %s/g/l", MNT);
+	cr_assert_str_eq(o, "4321", "a symlink under a setgid directory got gid %s", o);
+	sh_out(o, sizeof(o), "stat -c %%a %s/g/sub", MNT);
+	cr_assert_str_eq(o, "2755", "a new directory under a setgid one has mode %s", o);
+	sh_out(o, sizeof(o), "stat -c %%a %s/g/f", MNT);
+	cr_assert_str_eq(o, "644", "a new file under a setgid directory has mode %s", o);
+	/* a directory without the bit: the caller's gid */
+	cr_assert_eq(sh("setpriv --reuid=0 --regid=77 --clear-groups sh -c "
+			"'mkdir %s/plain && echo y > %s/plain/f'", MNT, MNT), 0);
+	sh_out(o, sizeof(o), "stat -c %%g %s/plain/f", MNT);
+	cr_assert_str_eq(o, "77");
+	/* and it survives a remount (it is in the record, not only in a cache) */
+	down();
+	cr_assert_eq(up("allow_other"), 0); /* callers of another gid */
+	sh_out(o, sizeof(o), "stat -c %%g:%%a %s/g/sub", MNT);
+	cr_assert_str_eq(o, "4321:2755");
+	down();
+}
+
+/* docs/fs.md, "Timestamps": create, mkdir, symlink, mknod, unlink, rmdir and
+ * rename stamp the parent directory's mtime (and ctime); a rename stamps both
+ * parents. Each directory is first set back to an old mtime, so no sleep is
+ * needed to see the stamp (the kernel drops a parent's cached attributes
+ * after each of these operations). */
+static void set_old_mtime(const char *dir)
+{
+	struct timespec ts[2] = { { 1000, 0 }, { 1000, 0 } };
+	cr_assert_eq(utimensat(AT_FDCWD, dir, ts, 0), 0, "utimensat %s: %s", dir, strerror(errno));
+}
+
+static void assert_stamped(const char *dir, const char *what)
+{
+	struct stat st;
+	cr_assert_eq(stat(dir, &st), 0);
+	cr_assert_gt(st.st_mtime, 1000, "%s did not stamp the mtime of %s", what, dir);
+}
+
+Test(mount, namespace_changes_stamp_the_parents)
+{
+	cr_assert_eq(up(NULL), 0);
+	char a[PATH_MAX + 16], b[PATH_MAX + 16];
+	snprintf(a, sizeof(a), "%s/a", MNT);
+	snprintf(b, sizeof(b), "%s/b", MNT);
+	cr_assert_eq(mkdir(a, 0755), 0);
+	cr_assert_eq(mkdir(b, 0755), 0);
+	struct {
+		const char *what, *cmd, *dirs;
+	} ops[] = {
+		{ "create", "echo x > %s/a/f", "a" },
+		{ "mkdir", "mkdir %s/a/d", "a" },
+		{ "symlink", "ln -s f %s/a/l", "a" },
+		{ "mknod", "mkfifo %s/a/p", "a" },
+		{ "rename of a file between directories", "mv %s/a/f %s/b/f", "ab" },
+		{ "rename of a directory between directories", "mv %s/a/d %s/b/d", "ab" },
+		{ "rename within a directory", "mv %s/b/f %s/b/g", "b" },
+		{ "unlink", "rm %s/b/g", "b" },
+		{ "rmdir", "rmdir %s/b/d", "b" },
+	};
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		set_old_mtime(a);
+		set_old_mtime(b);
+		cr_assert_eq(sh(ops[i].cmd, MNT, MNT), 0, "%s", ops[i].what);
+		if (strchr(ops[i].dirs, 'a'))
+			assert_stamped(a, ops[i].what);
+		if (strchr(ops[i].dirs, 'b'))
+			assert_stamped(b, ops[i].what);
+	}
+	down();
+}
+
+/* docs/fs.md, "Timestamps": chmod, chown and xattr changes stamp ctime and
+ * leave mtime; writes and truncates stamp mtime and ctime; utimens honours
+ * UTIME_OMIT (touch -m leaves atime, touch -a leaves mtime). Stamps are
+ * nanoseconds, so each change gives a strictly later ctime without a sleep;
+ * each stat is of a fresh process, through the kernel's attribute cache. */
+static struct stat stat_of(const char *p)
+{
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0, "stat %s: %s", p, strerror(errno));
+	return st;
+}
+
+static bool ts_after(struct timespec a, struct timespec b)
+{
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+static bool ts_same(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+Test(mount, changes_stamp_ctime_mtime_and_utimens_omits)
+{
+	char p[PATH_MAX + 16];
+	cr_assert_eq(up(NULL), 0);
+	snprintf(p, sizeof(p), "%s/f", MNT);
+	cr_assert_eq(sh("echo data > %s", p), 0);
+	struct {
+		const char *what, *cmd;
+		bool mtime; /* the change stamps mtime too */
+	} ops[] = {
+		{ "chmod", "chmod 600 %s", false },
+		{ "chown", "chown 12:34 %s", false },
+		{ "setxattr", NULL, false },
+		{ "removexattr", NULL, false },
+		{ "write", "echo more >> %s", true },
+		{ "truncate", "truncate -s 2 %s", true },
+	};
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		/* an old mtime, so a stamp shows whatever the clock says */
+		cr_assert_eq(sh("touch -m -d @5000 %s", p), 0);
+		struct stat a = stat_of(p);
+		if (!ops[i].cmd) /* no setfattr on every machine */
+			cr_assert_eq(ops[i].what[0] == 's' ? setxattr(p, "user.a", "1", 1, 0) :
+							     removexattr(p, "user.a"), 0, "%s: %s",
+				     ops[i].what, strerror(errno));
+		else
+			cr_assert_eq(sh(ops[i].cmd, p), 0, "%s", ops[i].what);
+		struct stat b = stat_of(p);
+		cr_assert(ts_after(b.st_ctim, a.st_ctim), "%s did not stamp ctime", ops[i].what);
+		if (ops[i].mtime)
+			cr_assert_gt(b.st_mtime, 5000, "%s did not stamp mtime", ops[i].what);
+		else
+			cr_assert_eq(b.st_mtime, 5000, "%s changed mtime", ops[i].what);
+	}
+	/* UTIME_OMIT: touch -m sets mtime only, touch -a atime only */
+	cr_assert_eq(sh("touch -a -d @7000 %s && touch -m -d @8000 %s", p, p), 0);
+	struct stat s = stat_of(p);
+	cr_assert_eq(s.st_atime, 7000, "touch -m changed atime to %ld", (long)s.st_atime);
+	cr_assert_eq(s.st_mtime, 8000);
+	cr_assert_eq(sh("touch -a -d @9000 %s", p), 0);
+	s = stat_of(p);
+	cr_assert_eq(s.st_mtime, 8000, "touch -a changed mtime to %ld", (long)s.st_mtime);
+	cr_assert_eq(s.st_atime, 9000);
+	/* and all of it is in the record */
+	struct stat before = stat_of(p);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	struct stat after = stat_of(p);
+	cr_assert(ts_same(after.st_ctim, before.st_ctim) && ts_same(after.st_mtim, before.st_mtim) &&
+		  ts_same(after.st_atim, before.st_atim), "times changed across a remount");
+	down();
+}
+
+/* docs/fs.md, "Names": /.dkvfs is synthetic and reserved: not listed, and
+ * nothing can be created in it, removed from it, renamed into or out of it,
+ * or linked to or from it (EPERM; a new name in it: EEXIST); what was tried
+ * leaves the files it named as they were. */
+Test(mount, the_stats_directory_cannot_be_changed)
+{
+	char f[PATH_MAX + 16], x[PATH_MAX + 16], d[PATH_MAX + 16], st[PATH_MAX + 32],
+		in[PATH_MAX + 32];
+	cr_assert_eq(up(NULL), 0);
+	snprintf(f, sizeof(f), "%s/f", MNT);
+	snprintf(x, sizeof(x), "%s/x", MNT);
+	snprintf(d, sizeof(d), "%s/.dkvfs", MNT);
+	snprintf(st, sizeof(st), "%s/.dkvfs/stats", MNT);
+	snprintf(in, sizeof(in), "%s/.dkvfs/in", MNT);
+	cr_assert_eq(sh("echo keep > %s", f), 0);
+	cr_assert_eq(err_of(rename(f, st)), EPERM, "rename onto .dkvfs/stats");
+	cr_assert_eq(err_of(rename(f, in)), EPERM, "rename into .dkvfs");
+	cr_assert_eq(err_of(rename(st, x)), EPERM, "rename of .dkvfs/stats");
+	cr_assert_eq(err_of(rename(d, x)), EPERM, "rename of .dkvfs");
+	cr_assert_eq(err_of(link(f, in)), EPERM, "link into .dkvfs");
+	cr_assert_eq(err_of(link(st, x)), EPERM, "link of .dkvfs/stats");
+	cr_assert_eq(err_of(unlink(st)), EPERM, "unlink of .dkvfs/stats");
+	cr_assert_eq(err_of(rmdir(d)), EPERM, "rmdir of .dkvfs");
+	cr_assert_eq(err_of(open(in, O_CREAT | O_WRONLY, 0644)), EEXIST, "create in .dkvfs");
+	cr_assert_eq(err_of(mkdir(in, 0755)), EEXIST, "mkdir in .dkvfs");
+	/* nothing moved: f is whole, x does not exist, .dkvfs is as it was */
+	char o[256];
+	sh_out(o, sizeof(o), "cat %s", f);
+	cr_assert_str_eq(o, "keep");
+	cr_assert_eq(err_of(access(x, F_OK)), ENOENT);
+	sh_out(o, sizeof(o), "ls -a %s | tr '\\n' ' '", d);
+	cr_assert_str_eq(o, ". .. compact stats ", "/.dkvfs lists %s", o);
+	sh_out(o, sizeof(o), "ls -a %s | tr '\\n' ' '", MNT);
+	cr_assert_str_eq(o, ". .. f ", "the root lists %s", o);
+	cr_assert_gt(mt_stat("puts"), 0, "the stats file still answers");
+	/* and after a remount */
+	down();
+	cr_assert_eq(up(NULL), 0);
+	sh_out(o, sizeof(o), "ls -a %s | tr '\\n' ' '", MNT);
+	cr_assert_str_eq(o, ". .. f ", "after a remount the root lists %s", o);
+	down();
+}
+
 /* A 4 KiB read in the middle of a large file loads one chunk. */
 Test(mount, small_read_of_a_large_file_loads_one_chunk)
 {
@@ -961,5 +1185,31 @@ Test(mount, fsync_and_fsyncdir_sync_the_log)
 	b = mt_stat("wal_syncs");
 	cr_assert_gt(b, a, "fsyncdir did not sync the log (wal_syncs %lld, then %lld)", a, b);
 	cr_assert_eq(close(fd), 0);
+	down();
+}
+
+/* -o sync_on_close (docs/fs.md, "Crash safety"): every close is as durable as
+ * fsync, so the close of a written file moves wal_syncs. */
+Test(mount, sync_on_close_syncs_the_log_at_close)
+{
+	static char buf[300 << 10];
+	char path[PATH_MAX + 16];
+	long long a, b;
+	int fd;
+
+	cr_assert_eq(up("sync_on_close"), 0);
+	snprintf(path, sizeof(path), "%s/f", MNT);
+	memset(buf, 'y', sizeof(buf));
+	for (int i = 0; i < 3; i++) { /* a new file, then rewrites of it */
+		fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+		cr_assert_geq(fd, 0, "create: %s", strerror(errno));
+		cr_assert_eq(write(fd, buf, sizeof(buf) - (size_t)i), (ssize_t)(sizeof(buf) - (size_t)i));
+		a = mt_stat("wal_syncs");
+		cr_assert_geq(a, 0);
+		cr_assert_eq(close(fd), 0);
+		b = mt_stat("wal_syncs");
+		cr_assert_gt(b, a, "close %d with sync_on_close did not sync the log (wal_syncs %lld, "
+			     "then %lld)", i, a, b);
+	}
 	down();
 }

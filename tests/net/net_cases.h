@@ -457,7 +457,7 @@ static void case_send_recv(enum net_kind k)
 
 /* Post one READ or WRITE that must be refused; check -DKV_E_GRANT and a
  * broken conn, on a fresh pair. */
-enum t_viol { V_UNKNOWN, V_BOUNDS, V_WRITEONLY, V_REVOKED, V_LOCALONLY };
+enum t_viol { V_UNKNOWN, V_BOUNDS, V_WRITEONLY, V_REVOKED, V_LOCALONLY, V_READONLY };
 
 static void t_violation(enum net_kind k, enum t_viol v)
 {
@@ -472,7 +472,8 @@ static void t_violation(enum net_kind k, enum t_viol v)
 	t_mem_init(&cm, p.cd, 1 * MiB, NET_ACCESS_LOCAL_WRITE);
 	/* server grants a window [64 KiB, 128 KiB) */
 	unsigned acc = v == V_WRITEONLY ? NET_ACCESS_REMOTE_WRITE
-					: NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE;
+		       : v == V_READONLY ? NET_ACCESS_REMOTE_READ
+					 : NET_ACCESS_REMOTE_READ | NET_ACCESS_REMOTE_WRITE;
 	cr_assert_eq(net_grant(p.s, sm.mr, sm.p + 65536, 65536, acc, &rkey), 0);
 	raddr = (uintptr_t)(sm.p + 65536);
 	/* the grant works: one good round trip first, ordered after the
@@ -481,7 +482,10 @@ static void t_violation(enum net_kind k, enum t_viol v)
 	cr_assert_eq(net_post_send(p.s, 51, sm.p, 1, sm.mr->lkey), 0);
 	cr_assert_eq(t_wait1(p.c, 5000).wr_id, 50);
 	cr_assert_eq(t_wait1(p.s, 5000).status, 0);
-	cr_assert_eq(net_post_write(p.c, 1, cm.p, 100, cm.mr->lkey, raddr, rkey), 0);
+	if (v == V_READONLY) /* the granted way */
+		cr_assert_eq(net_post_read(p.c, 1, cm.p, 100, cm.mr->lkey, raddr, rkey), 0);
+	else
+		cr_assert_eq(net_post_write(p.c, 1, cm.p, 100, cm.mr->lkey, raddr, rkey), 0);
 	cr_assert_eq(t_wait1(p.c, 5000).status, 0);
 
 	switch (v) {
@@ -498,6 +502,9 @@ static void t_violation(enum net_kind k, enum t_viol v)
 		cr_assert_eq(net_post_recv(p.c, 52, cm.p + 512 * 1024, 16, cm.mr->lkey), 0);
 		cr_assert_eq(net_post_send(p.s, 53, sm.p, 1, sm.mr->lkey), 0);
 		cr_assert_eq(t_wait1(p.c, 5000).wr_id, 52);
+		break;
+	case V_READONLY: /* the write below is not granted */
+		read = false;
 		break;
 	case V_LOCALONLY: /* the registration's own key: it has no remote access */
 		rkey = sm.mr->rkey;
@@ -966,6 +973,7 @@ NET_VIOL(reject_out_of_bounds, V_BOUNDS)
 NET_VIOL(reject_read_on_write_only_grant, V_WRITEONLY)
 NET_VIOL(reject_revoked_grant, V_REVOKED)
 NET_VIOL(reject_registration_without_remote_access, V_LOCALONLY)
+NET_VIOL(reject_write_on_read_only_grant, V_READONLY)
 NET_CASE(reject)
 NET_CASE(poll_accept)
 NET_CASE(dereg)
