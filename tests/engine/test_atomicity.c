@@ -480,6 +480,58 @@ Test(atomicity, an_unsure_record_makes_the_next_one_rewrite_the_manifest, .timeo
 	tnode_stop(&node);
 }
 
+/* docs/compaction.md: if the manifest WRITE or sync of a near-data
+ * compaction's edit fails, the outputs the node allocated are held until
+ * the next manifest rewrite and freed then.  Here the ack of that record
+ * is lost; after the next flush (which rewrites the manifest) none of the
+ * held node extents may still be the volume's on the node. */
+Test(atomicity, an_unsure_compactions_node_outputs_are_freed_by_the_rewrite, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct mn_extent held[64], *ex = NULL;
+	size_t nheld = 0, nex = 0;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.compaction = ENG_COMPACTION_MEMNODE;
+	o.pack_tables = false; /* no packed run could take a freed offset again */
+	o.l0_compaction_trigger = 100; /* only the manual compactions */
+	o.l0_slowdown_trigger = 200;
+	o.l0_stop_trigger = 300;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned round = 1; round <= 2; round++) {
+		for (unsigned i = 0; i < UNSURE_KEYS; i++) {
+			char k[32], v[300];
+
+			cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+					     unsure_val(v, sizeof(v), i, round)), 0);
+		}
+		cr_assert_eq(eng_flush(db), 0);
+	}
+	eng_fault_arm(db, ENG_FAULT_COMPACTION_ACK, 1);
+	cr_assert_eq(eng_compact_all(db), -EIO);
+	pthread_mutex_lock(&db->man_mu);
+	for (size_t i = 0; i < db->ndeferred && nheld < 64; i++)
+		if (db->deferred[i].kind == ENG_DEFER_EXTENT)
+			held[nheld++] = (struct mn_extent){ db->deferred[i].off, db->deferred[i].len };
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_gt(nheld, 0, "no node output of the unsure edit is held back");
+	cr_assert_eq(eng_put(db, NULL, "next", 4, "n", 1), 0);
+	cr_assert_eq(eng_flush(db), 0); /* rewrites the manifest */
+	cr_assert_eq(mn_list_extents(db->mc, &ex, &nex), 0);
+	for (size_t i = 0; i < nheld; i++)
+		for (size_t j = 0; j < nex; j++)
+			cr_assert_neq(ex[j].off, held[i].off,
+				      "node output at %llu still allocated after the manifest rewrite",
+				      (unsigned long long)held[i].off);
+	free(ex);
+	cr_assert_eq(eng_close(db), 0);
+	unsure_check(&o);
+	tnode_stop(&node);
+}
+
 /* Offsets (from the image's start) of the records eng_wal_parse finds. */
 struct rec_offs {
 	const uint8_t *img;

@@ -295,6 +295,162 @@ Test(compaction, snapshot_and_tombstones, .timeout = 60)
 	tnode_stop(&node);
 }
 
+/* ------------------------------------------------------------ policy */
+
+/* Poll until the compaction thread has been idle for a second times the
+ * time scale (no new compaction across that many polls), bounded by about
+ * 20 s plus twice that. */
+static void wait_compactions_settle(eng_db *db, struct eng_stats *st)
+{
+	const int need = 2 * test_time_scale();
+	uint64_t last = UINT64_MAX;
+	int quiet = 0;
+
+	for (int i = 0; i < 40 + 2 * need && quiet < need; i++) {
+		usleep(500000);
+		cr_assert_eq(eng_stats(db, st), 0);
+		quiet = st->compactions == last ? quiet + 1 : 0;
+		last = st->compactions;
+	}
+	cr_assert_eq(quiet, need, "compactions never settled (%llu)",
+		     (unsigned long long)st->compactions);
+}
+
+/* Level size targets: target(n+1) = target(n) x level_size_ratio.  With
+ * L1 at 96 KiB and a ratio of 10, L2 holds 960 KiB, so ~350 KiB of unique
+ * keys settle in L1 and L2 and nothing reaches L3; with every level's
+ * target at L1's (the ratio ignored) data spills down to L3 and beyond. */
+Test(compaction, level_targets_grow_by_the_ratio, .timeout = 120)
+{
+	struct tnode node = { 0 };
+	struct eng_options o;
+	struct eng_stats st;
+	struct mslot m[NK];
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
+	copts(&o, &node, ENG_COMPACTION_MEMNODE);
+	o.level_size_ratio = 10;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < NK; i++) {
+		uint32_t tag = 680 + 700 * i; /* values of ~700 bytes */
+
+		cr_assert_eq(put_tag(db, i, tag, false), 0);
+		m[i] = (struct mslot){ true, tag };
+	}
+	cr_assert_eq(eng_flush(db), 0);
+	wait_compactions_settle(db, &st);
+	cr_assert_gt(st.tables_per_level[2], 0, "nothing reached L2: L1's target not exercised");
+	for (int l = 3; l < 7; l++)
+		cr_assert_eq(st.tables_per_level[l], 0,
+			     "%llu tables in L%d, below L2 whose 960 KiB target holds ~350 KiB",
+			     (unsigned long long)st.tables_per_level[l], l);
+	check_all(db, NULL, m);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* docs/compaction.md: while a snapshot is live no bottom rewrite is picked
+ * for tombstones (the merge would have to keep them for the snapshot, and
+ * the pick would repeat).  Once it is released the deletion-triggered pick
+ * runs and the tombstones go. */
+Test(compaction, no_tombstone_rewrite_at_the_bottom_while_a_snapshot_lives, .timeout = 60)
+{
+	struct tnode node = { 0 };
+	struct eng_options o;
+	struct eng_stats st;
+	struct mslot v1[NK], now[NK];
+	const eng_snapshot *snap;
+	eng_db *db;
+	int i;
+
+	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
+	copts(&o, &node, ENG_COMPACTION_MEMNODE);
+	o.l1_target_bytes = 4u << 20; /* everything stays in L1, the bottom */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned k = 0; k < NK; k++) {
+		cr_assert_eq(put_tag(db, k, k + 1, false), 0);
+		v1[k] = (struct mslot){ true, k + 1 };
+	}
+	cr_assert_eq(eng_compact_all(db), 0);
+	memcpy(now, v1, sizeof(now));
+	snap = eng_snapshot_create(db);
+	for (unsigned k = 0; k < NK; k += 2) {
+		cr_assert_eq(del_key(db, k), 0);
+		now[k].present = false;
+	}
+	cr_assert_eq(eng_flush(db), 0); /* one table, half tombstones, nothing below */
+	/* The flush woke the thread; it also looks every idle second. */
+	usleep(3000000);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tombstone_compactions, 0,
+		     "%llu tombstone merges at the bottom while a snapshot keeps the tombstones",
+		     (unsigned long long)st.tombstone_compactions);
+	check_all(db, snap, v1);
+	check_all(db, NULL, now);
+	eng_snapshot_release(db, snap);
+	for (i = 0; i < 100 * test_time_scale(); i++) {
+		cr_assert_eq(eng_stats(db, &st), 0);
+		if (st.tombstone_compactions)
+			break;
+		usleep(100000);
+	}
+	cr_assert_gt(st.tombstone_compactions, 0, "the tombstones never went after the release");
+	check_all(db, NULL, now);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* docs/compaction.md: a table whose records are >= 20 % tombstones is
+ * picked for a deletion-triggered merge even when no level is due.  One
+ * level-0 table of 3 puts per delete (25 % tombstones) over an L1 that
+ * holds the deleted keys: the merge runs and the deleted data goes. */
+Test(compaction, a_table_a_quarter_tombstones_is_merged_down, .timeout = 60)
+{
+	struct tnode node = { 0 };
+	struct eng_options o;
+	struct eng_stats st;
+	struct mslot now[NK];
+	eng_db *db;
+	int i;
+
+	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
+	copts(&o, &node, ENG_COMPACTION_MEMNODE);
+	o.l1_target_bytes = 4u << 20; /* nothing is size-triggered */
+	o.memtable_size = 256u << 10; /* the mixed batch stays one table */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	memset(now, 0, sizeof(now));
+	for (unsigned k = 0; k < NK / 2; k++) {
+		cr_assert_eq(put_tag(db, k, k + 1, false), 0);
+		now[k] = (struct mslot){ true, k + 1 };
+	}
+	cr_assert_eq(eng_compact_all(db), 0);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.tables_per_level[0], 0);
+	/* 60 deletes of old keys, 180 puts of new ones: 25 % tombstones. */
+	for (unsigned k = 0; k < 60; k++) {
+		cr_assert_eq(del_key(db, k), 0);
+		now[k].present = false;
+	}
+	for (unsigned k = NK / 2; k < NK / 2 + 180; k++) {
+		cr_assert_eq(put_tag(db, k, 5, false), 0);
+		now[k] = (struct mslot){ true, 5 };
+	}
+	cr_assert_eq(eng_flush(db), 0);
+	for (i = 0; i < 100 * test_time_scale(); i++) {
+		cr_assert_eq(eng_stats(db, &st), 0);
+		if (st.tombstone_compactions)
+			break;
+		usleep(100000);
+	}
+	cr_assert_gt(st.tombstone_compactions, 0,
+		     "a level-0 table of 25 %% tombstones was never merged down (%llu in L0)",
+		     (unsigned long long)st.tables_per_level[0]);
+	check_all(db, NULL, now);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
 /* ------------------------------------------------------------ pacing */
 
 Test(compaction, writers_are_paced_not_failed, .timeout = 60)
