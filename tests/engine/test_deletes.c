@@ -2,9 +2,11 @@
  * writes: a memtable holding tombstones is flushed after a bound
  * (deletion-triggered flush), tables dense in tombstones are compacted down
  * to the data they hide (deletion-triggered compaction), and the memory node's
- * use falls back, in both compaction modes. */
+ * use falls back, in both compaction modes; and the two bounds of the
+ * deletion-triggered flush (10 s, 1 s on a full volume). */
 #include <time.h>
 
+#include "engine/eng_int.h"
 #include "tests/engine/eng_test.h"
 
 #define NKEYS 1000
@@ -87,4 +89,60 @@ Test(deletes, give_space_back_without_more_writes_memnode, .timeout = 120)
 Test(deletes, give_space_back_without_more_writes_compute, .timeout = 120)
 {
 	deletes_free_space(ENG_COMPACTION_COMPUTE);
+}
+
+/* The deletion-triggered flush's two bounds (engine/eng_int.h): a memtable's
+ * tombstones are due once the first is ENG_DEL_FLUSH_AGE_US (10 s) old, or
+ * ENG_DEL_FLUSH_LOW_US (1 s) on a full volume, where they are what gives
+ * room back.  Driven by hand, with the volume's full flag set as the space
+ * check sets it (a real full volume here may get room back from the cleaner
+ * at any moment): tombstones 1.2 s old are not due on a volume with room,
+ * and are due on a full one. */
+Test(deletes, tombstones_are_due_after_1_s_on_a_full_volume, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	eng_db *db;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 10; i++) {
+		char k[32], v[64];
+
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+				     tval(v, sizeof(v), i, 40)), 0);
+	}
+	for (unsigned i = 0; i < 10; i += 2) {
+		char k[32];
+
+		cr_assert_eq(eng_delete(db, NULL, k, tkey(k, sizeof(k), i)), 0);
+	}
+	usleep(1200 * 1000);
+	eng_flush_deletes(db);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.delete_flushes, 0,
+		     "tombstones 1.2 s old were flushed on a volume with room (the bound is 10 s)");
+	atomic_store(&db->space_low, true);
+	eng_flush_deletes(db);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.delete_flushes, 1,
+		     "tombstones 1.2 s old were not flushed on a full volume (the bound is 1 s)");
+	atomic_store(&db->space_low, false);
+	cr_assert_eq(eng_flush(db), 0);
+	cr_assert_eq(eng_close(db), 0);
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 10; i++) {
+		char k[32];
+		void *got = NULL;
+		size_t vl;
+		int r = eng_get(db, NULL, k, tkey(k, sizeof(k), i), &got, &vl);
+
+		cr_assert_eq(r, i % 2 ? 0 : -ENOENT, "key %u: %d", i, r);
+		free(got);
+	}
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
 }
