@@ -608,6 +608,14 @@ Test(client, discard_is_refused_outside_the_volume)
 	cr_assert_eq(mn_discard(b, &own, 1), 0);
 	cr_assert_eq(mn_read(b, eb.off, back, sizeof(back)), 0);
 	cr_assert_arr_eq(back, zero, sizeof(zero), "a discarded range reads zeros");
+	/* its own node extents too (a sealed table's dead bytes: docs/rpc.md) */
+	struct mn_extent run, sealed;
+	cr_assert_eq(mn_alloc_slab(b, 1 << 20, &run), 0);
+	cr_assert_eq(mn_write(b, run.off, pat, sizeof(pat)), 0);
+	cr_assert_eq(mn_seal(b, run.off, sizeof(pat), &sealed), 0);
+	struct mn_extent dead = {sealed.off, sizeof(pat)};
+	cr_assert_eq(mn_discard(b, &dead, 1), 0, "its own node extent");
+	cr_assert_eq(mn_discard(a, &dead, 1), -EPERM, "another volume's node extent");
 	mn_client_close(a);
 	mn_client_close(b);
 	mn_server_destroy(s);
