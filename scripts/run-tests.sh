@@ -47,7 +47,7 @@ else
 fi
 [ ${#bins[@]} -gt 0 ] || { echo "run-tests: no test binaries under $BUILD/tests" >&2; exit 1; }
 
-passed=0 failed=0 bad=()
+passed=0 failed=0 bad=() summary=
 for b in "${bins[@]}"; do
 	name=${b#"$BUILD/tests/"}
 	log=$(mktemp)
@@ -76,11 +76,15 @@ for b in "${bins[@]}"; do
 	passed=$((passed + p)) failed=$((failed + f))
 	if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
 		bad+=("$name")
-		echo "FAIL $name (rc=$rc, ${secs}s)"; grep -a -v '^\[----\] *$' "$log" | tail -n 60
-		# the failed cases and their messages, which the tail may have
-		# scrolled past (a chatty test's log lines come after them)
-		echo "-- failed cases:"; grep -a -E -A3 '^\[----\] .*: Assertion Failed|^\[FAIL\]' "$log" |
-			grep -a -v '^\[----\] *$' | head -n 40
+		# the failed cases and their messages first: the tail of a chatty
+		# test's log may scroll past them, and a viewer that shows only the
+		# head and the end of a long run would cut them
+		echo "FAIL $name (rc=$rc, ${secs}s)"
+		cases=$(grep -a -E -A3 '^\[----\] .*: Assertion Failed|^\[FAIL\]' "$log" |
+			grep -a -v '^\[----\] *$' | head -n 40)
+		echo "-- failed cases:"; echo "$cases"
+		summary+="$name:"$'\n'"$cases"$'\n'
+		echo "-- the end of its output:"; grep -a -v '^\[----\] *$' "$log" | tail -n 60
 		if [ -n "$san" ] && [ "$(grep -a -c '' "$log")" -gt 60 ]; then
 			echo "-- first sanitizer report:"; grep -a -m1 -A40 -F "$san" "$log"
 		fi
@@ -89,6 +93,9 @@ for b in "${bins[@]}"; do
 	fi
 	rm -f "$log"
 done
+# the failed cases once more at the very end, where a reader of a long
+# run's output looks first
+[ -z "$summary" ] || printf -- '-- failed cases of this run:\n%s' "$summary"
 [ ${#bad[@]} -eq 0 ] || echo "failed binaries: ${bad[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
