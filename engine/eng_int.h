@@ -414,6 +414,7 @@ struct eng_db {
 	 * a page to spare (engine/pack.c). */
 	atomic_bool test_no_pack;
 	atomic_bool test_gc_hold; /* tests: a cleaner step waits while set (a long step) */
+	atomic_bool test_gc_held; /* tests: the compaction thread waits in test_gc_hold */
 	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */
 	/* Free space (node + our slabs) is below `reserve`: large puts fail
 	 * with -ENOSPC up front, so deletes, flushes and compaction still find

@@ -486,8 +486,11 @@ int eng_gc_step(struct eng_gc *gc)
 		gc->nstuck = 0;
 		return 0;
 	}
-	while (atomic_load(&db->test_gc_hold) && !atomic_load(gc->cancel))
+	while (atomic_load(&db->test_gc_hold) && !atomic_load(gc->cancel)) {
+		atomic_store(&db->test_gc_held, true);
 		usleep(10 * 1000); /* tests: a step that takes long (many tables) */
+	}
+	atomic_store(&db->test_gc_held, false);
 	r = step_rewrite(gc);
 	if (r == 0)
 		r = step_evacuate(gc);

@@ -298,6 +298,9 @@ Test(cleaner, a_large_write_on_a_full_volume_never_waits_long_for_the_cleaner, .
 			break;
 	}
 	cr_assert_eq(r, -ENOSPC, "filling up again: %d", r);
+	for (int i = 0; i < 100 * test_time_scale() && !atomic_load(&db->test_gc_held); i++)
+		usleep(100 * 1000);
+	cr_assert(atomic_load(&db->test_gc_held), "the compaction thread never reached the cleaner");
 	memset(big, 'B', sizeof(big));
 	t0 = dkv_mono_ns();
 	r = eng_put(db, NULL, "big", 3, big, sizeof(big));
@@ -348,7 +351,25 @@ Test(cleaner, writes_on_a_full_volume_are_slowed_never_stopped, .timeout = 200)
 	cr_assert_eq(eng_open(&o, &db), 0);
 	fill(db);
 	atomic_store(&db->test_gc_hold, true);
-	usleep(1500 * 1000); /* the thread's next step starts, and waits */
+	/* the thread's next step starts, and waits */
+	for (int i = 0; i < 100 * test_time_scale() && !atomic_load(&db->test_gc_held); i++)
+		usleep(100 * 1000);
+	cr_assert(atomic_load(&db->test_gc_held), "the compaction thread never reached the cleaner");
+	/* A merge may have brought level 0 down after the fill, while the
+	 * volume had room for a moment (1 run in 20 before; "level 0 below the
+	 * stop trigger"): top it up with small flushes, which a full volume
+	 * takes (a write with a delete in it) and the held thread cannot
+	 * merge. */
+	for (unsigned i = 0; i < 8; i++) {
+		cr_assert_eq(eng_stats(db, &st0), 0);
+		if (st0.tables_per_level[0] >= 3)
+			break;
+		cr_assert_eq(eng_batch_put(b, "l0", 2, "x", 1), 0);
+		cr_assert_eq(eng_batch_delete(b, k, tkey(k, sizeof(k), 2 * i)), 0);
+		cr_assert_eq(eng_write(db, NULL, b), 0, "a write with a delete on a full volume");
+		eng_batch_clear(b);
+		cr_assert_eq(eng_flush(db), 0, "a small flush on a full volume");
+	}
 	pthread_mutex_lock(&db->comp->mu);
 	db->comp->last_err = 0; /* as after a cleaner step that did work */
 	pthread_mutex_unlock(&db->comp->mu);
