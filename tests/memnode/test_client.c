@@ -593,10 +593,15 @@ Test(client, discard_is_refused_outside_the_volume)
 
 	struct mn_extent other = {ea.off, sizeof(pat)};
 	cr_assert_eq(mn_discard(b, &other, 1), -EPERM, "b discarded a's slab");
-	uint64_t lo = ea.off < eb.off ? ea.off : eb.off;
-	struct mn_extent both = {lo, 2 << 20}; /* its own slab and the other's */
-	if ((ea.off > eb.off ? ea.off - eb.off : eb.off - ea.off) == (1 << 20))
-		cr_assert_eq(mn_discard(b, &both, 1), -EPERM, "a range reaching into a's slab");
+	/* the tail of the lower slab to the head of the higher: its own slab
+	 * and the other's, whichever comes first (and what lies between) */
+	uint64_t lo = ea.off < eb.off ? ea.off : eb.off, hi = ea.off ^ eb.off ^ lo;
+	struct mn_extent both = {lo + (1 << 20) - sizeof(pat), hi - lo - (1 << 20) + 2 * sizeof(pat)};
+	uint64_t mine = eb.off < ea.off ? both.off : eb.off; /* b's part of it */
+	cr_assert_eq(mn_write(b, mine, pat, sizeof(pat)), 0);
+	cr_assert_eq(mn_discard(b, &both, 1), -EPERM, "a range reaching into a's slab");
+	cr_assert_eq(mn_read(b, mine, back, sizeof(back)), 0);
+	cr_assert_arr_eq(back, pat, sizeof(pat), "a refused discard punched b's own part of it");
 	struct mn_extent header = {0, sizeof(pat)};
 	cr_assert_eq(mn_discard(b, &header, 1), -EPERM, "the region header");
 	struct mn_extent unalloc = {32 << 20, 1 << 20};
