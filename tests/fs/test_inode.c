@@ -656,3 +656,45 @@ Test(inode, a_failed_truncate_to_inline_keeps_the_committed_chunks)
 	fs_kv_destroy(kv);
 	free(old);
 }
+
+/* docs/fs.md, "Open files" and "Per open file": a writer holds at most
+ * max_dirty changed chunks (default 4 = 1 MiB); the next one makes it write
+ * them to extents early.  Exact at both ends: max_dirty chunks stay in
+ * memory, the one after them is an early flush. */
+Test(inode, max_dirty_bounds_the_dirty_chunks_exactly)
+{
+	const size_t ch = (size_t)1 << FS_CHUNK_SHIFT;
+	const unsigned bound[] = { 1, 3, 0 /* the default */ };
+	char *buf = malloc(ch);
+
+	cr_assert_not_null(buf);
+	memset(buf, 'd', ch);
+	for (size_t t = 0; t < sizeof(bound) / sizeof(bound[0]); t++) {
+		struct fs_kv *kv = fs_kv_mem_create(0);
+		struct fs_opts o;
+		struct fs_ctx *fs = NULL;
+		unsigned n = bound[t] ? bound[t] : 4;
+
+		fs_opts_init(&o);
+		if (bound[t])
+			o.max_dirty_chunks = bound[t];
+		cr_assert_eq(fs_create(kv, &o, &fs), 0);
+		struct fs_inode *ino = create(fs, "/f");
+		pthread_mutex_lock(&ino->mu);
+		for (unsigned i = 0; i < n; i++)
+			cr_assert_eq(fs_inode_write(fs, ino, buf, ch, (uint64_t)i * ch), (int)ch);
+		cr_assert_eq(atomic_load(&fs->cnt.early_flushes), 0,
+			     "%u dirty chunks with max_dirty %s%u were written early", n,
+			     bound[t] ? "" : "left at its default, ", n);
+		cr_assert_eq(fs_inode_write(fs, ino, buf, ch, (uint64_t)n * ch), (int)ch);
+		cr_assert_eq(atomic_load(&fs->cnt.early_flushes), 1,
+			     "chunk %u with max_dirty %s%u did not make the writer flush early", n + 1,
+			     bound[t] ? "" : "left at its default, ", n);
+		cr_assert_eq(fs_inode_commit(fs, ino), 0);
+		pthread_mutex_unlock(&ino->mu);
+		fs_inode_put(fs, ino);
+		fs_destroy(fs);
+		fs_kv_destroy(kv);
+	}
+	free(buf);
+}

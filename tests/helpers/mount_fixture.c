@@ -2,6 +2,7 @@
 #include "tests/helpers/mount_fixture.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -54,11 +55,29 @@ unsigned long long mt_df_used(void)
 	return (unsigned long long)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
 }
 
+/* Read in this process: a shell forked while the test holds a file open
+ * would close its copy of the descriptor (at exec, O_CLOEXEC or not), and
+ * every close is a FLUSH, which commits the file. */
 long long mt_stat(const char *name)
 {
-	char out[64] = "";
-	sh_out(out, sizeof(out), "sed -n 's/^%s: //p' %s/.dkvfs/stats", name, MNT);
-	return atoll(out);
+	static char text[64 << 10];
+	char path[PATH_MAX + 32];
+	size_t n = 0, nl = strlen(name);
+	ssize_t r;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.dkvfs/stats", MNT);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	while (n < sizeof(text) - 1 && (r = read(fd, text + n, sizeof(text) - 1 - n)) > 0)
+		n += (size_t)r;
+	close(fd);
+	text[n] = 0;
+	for (char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (!strncmp(l, name, nl) && l[nl] == ':' && l[nl + 1] == ' ')
+			return atoll(l + nl + 2);
+	return 0;
 }
 
 pid_t daemon_pid(void)
@@ -122,6 +141,14 @@ int up(const char *extra)
 		  "log_file=%s/data/dkvfs.log%s%s %s 2>>%s/dkvfs.log",
 		  B, T, op_timeout_ms(3000), T, extra && *extra ? "," : "", extra ? extra : "", MNT,
 		  T);
+}
+
+int mt_up_at(const char *mnt, const char *addr, const char *volume, const char *extra)
+{
+	return sh("%s/dkvfs -o memnode=%s,volume=%s,op_timeout=%d,log_file=%s/%s.log%s%s %s "
+		  "2>>%s/dkvfs.log",
+		  B, addr, volume, op_timeout_ms(3000), T, strrchr(mnt, '/') + 1,
+		  extra && *extra ? "," : "", extra ? extra : "", mnt, T);
 }
 
 void mt_node_start(const char *size, char *addr, size_t cap)

@@ -22,7 +22,8 @@ extern pid_t extra_node;         /* an external dkvfs-memnode, if the test start
 __attribute__((format(printf, 1, 2))) int sh(const char *fmt, ...);
 /* Output of a shell command (first cap-1 bytes), trailing newline removed. */
 __attribute__((format(printf, 3, 4))) char *sh_out(char *buf, size_t cap, const char *fmt, ...);
-/* A counter of MNT/.dkvfs/stats ("name: value"), 0 if absent. */
+/* A counter of MNT/.dkvfs/stats ("name: value"), 0 if absent; read in this
+ * process, so files the test holds open are not flushed by a forked shell. */
 long long mt_stat(const char *name);
 /* Bytes used on the mounted volume, as df shows them (statvfs of MNT). */
 unsigned long long mt_df_used(void);
@@ -37,6 +38,10 @@ int op_timeout_ms(int ms);
 int up(const char *extra);
 /* Unmount and wait until the daemon and its node released the data_dir. */
 void down(void);
+/* Mount volume (e.g. "v") of the memory node at addr (no data_dir) on mnt,
+ * which must be T/NAME, logging to T/NAME.log, with extra -o options (NULL
+ * for none); dkvfs's status. */
+int mt_up_at(const char *mnt, const char *addr, const char *volume, const char *extra);
 /* Start an external dkvfs-memnode of size (e.g. "256M") on the unix socket
  * T/mn.sock, as extra_node (the fixture kills it); its address for
  * memnode= ("unix:T/mn.sock") into addr.  It may take a moment to listen:

@@ -1,9 +1,20 @@
-/* tests/mount/test_opts.c — option and source parsing of dkvfs/mount.dkvfs. */
+/* tests/mount/test_opts.c — option and source parsing of dkvfs/mount.dkvfs,
+ * and mount options that must reach the filesystem (max_dirty,
+ * implicit_dirs, writeback_cache), each on a real mount. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "engine/eng.h"
+#include "fs/fs_key.h"
 #include "mount/mnt.h"
+#include "tests/helpers/mount_fixture.h"
 
 Test(opts, sizes)
 {
@@ -67,4 +78,164 @@ Test(opts, fstab_only_options)
 	const char *keep[] = { "ro", "allow_other", "memnode=h:1", "data_dir=/x", "nosuid" };
 	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
 		cr_assert(!mnt_fstab_only(keep[i]), "%s", keep[i]);
+}
+
+/* Write chunks of 256 KiB to MNT/name (open, not closed: a close commits);
+ * the daemon's fs_early_flushes after the writes.  The file stays open on
+ * *fd: no shell may run meanwhile (a forked child closes its copy of the
+ * descriptor, at exec too, and every close is a FLUSH, which commits). */
+static long long dirty_chunks(const char *name, int chunks, int *fd)
+{
+	static char buf[256 << 10];
+	char path[PATH_MAX + 16];
+
+	memset(buf, 'm', sizeof(buf));
+	snprintf(path, sizeof(path), "%s/%s", MNT, name);
+	*fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert_geq(*fd, 0, "create: %s", strerror(errno));
+	for (int i = 0; i < chunks; i++)
+		cr_assert_eq(write(*fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	return mt_stat("fs_early_flushes");
+}
+
+/* docs/fs.md: max_dirty= (dirty chunks per open file, default 4): a writer
+ * holding more writes them to extents early (fs_early_flushes). */
+Test(opts, max_dirty_reaches_the_filesystem, .init = mt_setup, .fini = mt_teardown,
+     .timeout = 150)
+{
+	int fd;
+
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(dirty_chunks("a", 4, &fd), 0, "4 dirty chunks were written early by default");
+	cr_assert_eq(write(fd, "x", 1), 1);
+	cr_assert_eq(mt_stat("fs_early_flushes"), 1, "a 5th dirty chunk did not flush early by default");
+	cr_assert_eq(close(fd), 0);
+	down();
+	cr_assert_eq(up("max_dirty=2"), 0);
+	cr_assert_eq(dirty_chunks("b", 2, &fd), 0, "2 dirty chunks were written early with max_dirty=2");
+	cr_assert_eq(write(fd, "x", 1), 1);
+	cr_assert_eq(mt_stat("fs_early_flushes"), 1, "max_dirty=2 did not reach the filesystem");
+	cr_assert_eq(close(fd), 0);
+	cr_assert_eq(sh("test $(stat -c %%s %s/b) = %d", MNT, (2 << 18) + 1), 0);
+	down();
+}
+
+/* Delete the marker keys of the directories named (raw key API), as a
+ * program writing keys without markers leaves them. */
+static void drop_markers(const char *addr, const char *const *dirs, size_t n)
+{
+	struct eng_options o;
+	eng_db *db = NULL;
+
+	eng_options_init(&o);
+	o.memnode = addr;
+	o.volume = "v";
+	o.create_if_missing = false;
+	cr_assert_eq(eng_open(&o, &db), 0, "the engine did not open the volume");
+	for (size_t i = 0; i < n; i++) {
+		struct fs_key k;
+		cr_assert_eq(fs_key_from_path(&k, dirs[i]), 0);
+		cr_assert_eq(fs_key_push(&k, FS_SEP), 0);
+		cr_assert_eq(eng_delete(db, NULL, k.b, k.len), 0);
+	}
+	cr_assert_eq(eng_close(db), 0);
+}
+
+static int mount_v(const char *addr, const char *extra)
+{
+	int rc = -1;
+
+	for (int i = 0; i < 50 && rc; i++) { /* a node not listening yet, a lease let go */
+		rc = mt_up_at(MNT, addr, "v", extra);
+		if (rc)
+			usleep(200000);
+	}
+	return rc;
+}
+
+static void unmount_v(void)
+{
+	cr_assert_eq(sh("fusermount3 -u %s", MNT), 0);
+}
+
+/* docs/fs.md, "Names": directories without a marker are found by listings,
+ * which write their marker on the spot; lookups by name find them only with
+ * -o implicit_dirs. */
+Test(opts, implicit_dirs_and_markers_written_by_listings, .init = mt_setup,
+     .fini = mt_teardown, .timeout = 150)
+{
+	static const char *const dirs[] = { "/a", "/a/b", "/c" };
+	char addr[PATH_MAX + 16], out[256];
+
+	mt_node_start("256M", addr, sizeof(addr));
+	cr_assert_eq(mount_v(addr, NULL), 0, "the first mount failed");
+	cr_assert_eq(sh("mkdir -p %s/a/b %s/c && echo x > %s/a/b/f && echo y > %s/c/g", MNT, MNT,
+			MNT, MNT),
+		     0);
+	unmount_v();
+	usleep(300000);
+	drop_markers(addr, dirs, 3);
+
+	cr_assert_eq(mount_v(addr, NULL), 0);
+	cr_assert_neq(sh("cat %s/a/b/f >/dev/null 2>&1 || cat %s/c/g >/dev/null 2>&1", MNT, MNT), 0,
+		      "without implicit_dirs a lookup found a directory that has no marker");
+	unmount_v();
+
+	cr_assert_eq(mount_v(addr, "implicit_dirs"), 0);
+	cr_assert_str_eq(sh_out(out, sizeof(out), "cat %s/a/b/f %s/c/g 2>&1 | tr '\\n' ' '", MNT,
+				MNT),
+			 "x y ", "with implicit_dirs a lookup did not find a marker-less directory");
+	cr_assert_eq(sh("test -d %s/a/b", MNT), 0);
+	unmount_v();
+
+	/* a listing finds them, and writes their markers: plain lookups find
+	 * them after a remount */
+	cr_assert_eq(mount_v(addr, NULL), 0);
+	cr_assert_str_eq(sh_out(out, sizeof(out), "cd %s && find . | sort | tr '\\n' ' '", MNT),
+			 ". ./a ./a/b ./a/b/f ./c ./c/g ", "a listing did not find the directories");
+	unmount_v();
+	cr_assert_eq(mount_v(addr, NULL), 0);
+	cr_assert_str_eq(sh_out(out, sizeof(out), "cat %s/a/b/f %s/c/g 2>&1 | tr '\\n' ' '", MNT,
+				MNT),
+			 "x y ", "a listing did not write the markers of the directories it found");
+	unmount_v();
+}
+
+/* 256 writes of 4 KiB to MNT/name, then close; the daemon's WRITE
+ * requests (fs_writes) for them. */
+static long long small_writes(const char *name)
+{
+	char path[PATH_MAX + 16], page[4096];
+	long long before = mt_stat("fs_writes");
+	int fd;
+
+	memset(page, 'w', sizeof(page));
+	snprintf(path, sizeof(path), "%s/%s", MNT, name);
+	fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	cr_assert_geq(fd, 0, "create: %s", strerror(errno));
+	for (int i = 0; i < 256; i++)
+		cr_assert_eq(write(fd, page, sizeof(page)), (ssize_t)sizeof(page));
+	cr_assert_eq(close(fd), 0);
+	cr_assert_eq(sh("test $(stat -c %%s %s) = %d", path, 256 * 4096), 0);
+	return mt_stat("fs_writes") - before;
+}
+
+/* docs/fs.md, "Cache choices": no kernel writeback cache by default, so
+ * every write reaches the daemon; -o writeback_cache turns it on, and the
+ * kernel gathers small writes into few large ones. */
+Test(opts, writeback_cache_only_when_asked, .init = mt_setup, .fini = mt_teardown,
+     .timeout = 150)
+{
+	long long n;
+
+	cr_assert_eq(up(NULL), 0);
+	n = small_writes("a");
+	cr_assert_eq(n, 256, "without writeback_cache the daemon saw %lld WRITEs for 256 writes", n);
+	down();
+	cr_assert_eq(up("writeback_cache"), 0);
+	n = small_writes("b");
+	cr_assert_lt(n, 64, "with writeback_cache the daemon still saw %lld WRITEs for 256 writes "
+		     "of 4 KiB", n);
+	cr_assert_eq(sh("cmp -s %s/a %s/b", MNT, MNT), 0, "the two files differ");
+	down();
 }

@@ -165,15 +165,6 @@ Test(ro, a_read_only_mount_leaves_the_volume_as_it_was)
 	down();
 }
 
-/* The mount of MNT2 on an external node; dkvfs's status. */
-static int up_at(const char *mnt, const char *addr, const char *extra)
-{
-	return sh("%s/dkvfs -o memnode=%s,volume=v,op_timeout=%d,log_file=%s/%s.log%s%s %s "
-		  "2>>%s/dkvfs.log",
-		  B, addr, op_timeout_ms(3000), T, strrchr(mnt, '/') + 1, extra ? "," : "",
-		  extra ? extra : "", mnt, T);
-}
-
 /* docs/fs.md: a second writable mount of a volume is refused by the
  * engine's writer lease; a read-only one takes no lease, so it mounts
  * beside the writer at once, and a writer mounts beside it. */
@@ -188,7 +179,7 @@ Test(ro, a_read_only_mount_takes_no_writer_lease)
 	snprintf(ro, sizeof(ro), "%s/ro", T);
 	cr_assert_eq(sh("mkdir -p %s %s", rw, ro), 0);
 	for (int i = 0; i < 50 && ok; i++) { /* the node may not listen yet */
-		ok = up_at(rw, addr, NULL);
+		ok = mt_up_at(rw, addr, "v", NULL);
 		if (ok)
 			usleep(100000);
 	}
@@ -196,7 +187,7 @@ Test(ro, a_read_only_mount_takes_no_writer_lease)
 	cr_assert_eq(sh("echo one > %s/f && sync %s/f", rw, rw), 0);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	cr_assert_eq(up_at(ro, addr, "ro"), 0, "a read-only mount beside the writer was refused");
+	cr_assert_eq(mt_up_at(ro, addr, "v", "ro"), 0, "a read-only mount beside the writer was refused");
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	cr_assert_lt(t1.tv_sec - t0.tv_sec, 8, "the read-only mount waited for the writer's lease");
 	cr_assert_str_eq(sh_out(out, sizeof(out), "cat %s/f", ro), "one");
@@ -210,7 +201,7 @@ Test(ro, a_read_only_mount_takes_no_writer_lease)
 	usleep(300000);
 	ok = -1;
 	for (int i = 0; i < 30 && ok; i++) { /* the old writer's final commit */
-		ok = up_at(rw, addr, NULL);
+		ok = mt_up_at(rw, addr, "v", NULL);
 		if (ok)
 			usleep(500000);
 	}
