@@ -10,7 +10,9 @@
  *     private to the node's uid, and a same-host client finds the token;
  *   - --local-group trusts a primary group only; a client never maps the
  *     region of a node of another uid; local peers are capped per uid;
- *   - a token file's first line holds 1 to 40 bytes.
+ *   - a token file's first line holds 1 to 40 bytes; a volume token file
+ *     holds "VOLUME TOKEN" lines;
+ *   - a token opens only with its own length and bytes.
  * The other-uid cases run in a forked child that drops to uid 65534. */
 #include <fcntl.h>
 #include <grp.h>
@@ -553,5 +555,124 @@ Test(security, a_token_file_holds_1_to_40_bytes_on_its_first_line)
 	cr_assert_eq(read_token_of(path, "", tok, &len), -EINVAL, "an empty file");
 	cr_assert_eq(read_token_of(path, "\nsecond line\n", tok, &len), -EINVAL,
 		     "an empty first line");
+	unlink(path);
+}
+
+/* Open volume vol as a reader with a token of len bytes (may hold NULs). */
+static int open_with(const char *addr, const char *vol, const void *tok, size_t len,
+		     struct mn_client **c)
+{
+	struct mn_client_opts o = {
+		.addr = addr,
+		.transport = NET_TCP,
+		.volume = vol,
+		.create = true,
+		.op_timeout_ms = 3000,
+		.token = tok,
+		.token_len = len,
+	};
+
+	*c = NULL;
+	return mn_client_open(&o, c);
+}
+
+/* docs/security.md: a token opens only when it is the same bytes and the
+ * same length — the compare runs over the whole MN_TOKEN_MAX bytes padded
+ * with zeros, so a right token with NULs after it must still be refused
+ * (admin and volume tokens alike), and a 40-byte token differing in its
+ * last byte only. */
+Test(security, a_token_matches_only_with_its_own_length_and_bytes)
+{
+	struct mn_vol_token vt[1] = { { .volume = "a", .token = "vol-a", .len = 5 } };
+	char admin[MN_TOKEN_MAX], other[MN_TOKEN_MAX + 1];
+	struct mn_server_opts o;
+	struct mn_server *s;
+	struct mn_client *c;
+
+	memset(admin, 'A', sizeof(admin));
+	mn_server_opts_init(&o);
+	o.transport = NET_TCP;
+	o.size = 16 << 20;
+	o.token = admin;
+	o.token_len = sizeof(admin);
+	o.vol_tokens = vt;
+	o.nvol_tokens = 1;
+	cr_assert_eq(mn_server_create(&o, &s), 0);
+	cr_assert_eq(mn_server_start(s), 0);
+	const char *addr = mn_server_addr(s);
+
+	cr_assert_eq(open_with(addr, "b", admin, sizeof(admin), &c), 0, "the 40-byte admin token");
+	mn_client_close(c);
+	memcpy(other, admin, sizeof(admin));
+	other[MN_TOKEN_MAX - 1] = 'B';
+	cr_assert_eq(open_with(addr, "b", other, MN_TOKEN_MAX, &c), -DKV_E_TOKEN,
+		     "a token differing in its 40th byte opened");
+	cr_assert_eq(open_with(addr, "b", admin, MN_TOKEN_MAX - 1, &c), -DKV_E_TOKEN,
+		     "39 bytes of the admin token opened");
+	cr_assert_eq(open_with(addr, "a", "vol-a", 5, &c), 0, "the volume token");
+	mn_client_close(c);
+	cr_assert_eq(open_with(addr, "a", "vol-a\0", 6, &c), -DKV_E_TOKEN,
+		     "the volume token with a NUL after it opened");
+	cr_assert_eq(open_with(addr, "a", "vol-a\0\0\0\0\0\0\0", 12, &c), -DKV_E_TOKEN,
+		     "the volume token with NULs after it opened");
+	cr_assert_eq(open_with(addr, "a", "", 0, &c), -DKV_E_TOKEN, "an empty token opened");
+	mn_server_destroy(s);
+
+	/* the same for an admin token shorter than the most */
+	s = mt_server(16 << 20, "s3cret");
+	cr_assert_eq(open_with(mn_server_addr(s), "v", "s3cret\0", 7, &c), -DKV_E_TOKEN,
+		     "the admin token with a NUL after it opened");
+	cr_assert_eq(open_with(mn_server_addr(s), "v", "s3cret", 6, &c), 0);
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
+
+/* Write s to path; mn_vol_tokens_read's result (the entries freed). */
+static int vol_tokens_of(const char *path, const char *s, size_t *n, char *first, size_t cap)
+{
+	struct mn_vol_token *v = NULL;
+	FILE *f = fopen(path, "w");
+	int rc;
+
+	cr_assert_not_null(f);
+	fputs(s, f);
+	fclose(f);
+	*n = 0;
+	rc = mn_vol_tokens_read(path, &v, n);
+	if (!rc && *n)
+		snprintf(first, cap, "%s=%.*s", v[0].volume, (int)v[0].len, (const char *)v[0].token);
+	free(v);
+	return rc;
+}
+
+/* --volume-tokens FILE: lines "VOLUME TOKEN" (docs/security.md; comments
+ * and blank lines skipped); a line that is not exactly that, a token over
+ * 40 bytes or a volume name the node would refuse stops the node's start
+ * (memnode_main: "cannot read volume tokens"), never a token cut short. */
+Test(security, a_volume_token_file_holds_volume_token_lines)
+{
+	char path[64], first[128] = "", line[128];
+	size_t n;
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-voltok-%d", (int)getpid());
+	cr_assert_eq(vol_tokens_of(path, "# volumes\n\nphotos  tok-p\r\nhome tok-h # hers\n", &n, first,
+				   sizeof(first)),
+		     0);
+	cr_assert_eq(n, 2);
+	cr_assert_str_eq(first, "photos=tok-p");
+	cr_assert_eq(vol_tokens_of(path, "photos\n", &n, first, sizeof(first)), -EINVAL,
+		     "a line without a token");
+	cr_assert_eq(vol_tokens_of(path, "photos tok extra\n", &n, first, sizeof(first)), -EINVAL,
+		     "a line with a third field");
+	cr_assert_eq(vol_tokens_of(path, "bad/name tok\n", &n, first, sizeof(first)), -EINVAL,
+		     "a volume name with a slash");
+	memset(line, 0, sizeof(line));
+	memcpy(line, "v ", 2);
+	memset(line + 2, 't', MN_TOKEN_MAX);
+	cr_assert_eq(vol_tokens_of(path, line, &n, first, sizeof(first)), 0, "a 40-byte token");
+	cr_assert_eq(strlen(first), 2 + MN_TOKEN_MAX);
+	line[2 + MN_TOKEN_MAX] = 't';
+	cr_assert_eq(vol_tokens_of(path, line, &n, first, sizeof(first)), -EINVAL,
+		     "a 41-byte token");
 	unlink(path);
 }
