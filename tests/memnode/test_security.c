@@ -428,7 +428,9 @@ Test(security, generated_token_is_private_and_required)
 	cr_assert_eq(stat(tokpath, &st), 0);
 	cr_assert_eq(st.st_mode & 0777, 0600);
 	cr_assert_eq(mn_token_file_read(tokpath, tok, &tl), 0);
-	cr_assert_geq(tl, 24, "a token of %zu bytes is guessable", tl);
+	/* docs/security.md: 32 hex digits, 128 bits */
+	cr_assert_eq(tl, 32, "a generated token of %zu hex digits, not 32 (128 bits)", tl);
+	cr_assert_eq(strspn(tok, "0123456789abcdef"), 32, "the generated token is not hex: %s", tok);
 
 	/* over tcp the token is required (the client looks for it in
 	 * /tmp/dkvfs-EUID, not in this test's directory, so it has none) */
