@@ -4,7 +4,8 @@
  * oldest tables, at most 256 MiB of them but at least two, plus every
  * overlapping L1 table; the highest score >= 1 wins and L0 wins a tie; a
  * level's tables are taken round robin; a lone input with nothing below
- * moves down; the output is bottommost only when no deeper table overlaps. */
+ * moves down; the output is bottommost only when no deeper table overlaps;
+ * tables dense in tombstones are picked when no score is due. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,54 @@ Test(pick, a_level_goes_round_robin_and_a_lone_input_moves_down)
 	cr_assert_eq(p.in[1], below, "the overlapping L2 table is not an input");
 	cr_assert(!p.move, "an input with a table below it was moved, not merged");
 	cr_assert(!p.bottom, "the output was taken as bottommost above an overlapping L4 table");
+	comp_pick_release(&p);
+	fake_free(f);
+}
+
+/* A table of records with del tombstones in L0 or L1, nothing over a score. */
+static struct pick tomb_pick(struct fake *f, int l, uint64_t records, uint64_t del)
+{
+	struct pick p = { 0 };
+	struct eng_table *t = add(f, l, "a", "c", MIB);
+
+	t->meta.nrecords = records;
+	t->meta.ndeletions = del;
+	cr_assert_geq(comp_pick_auto(&f->db, &p), 0);
+	return p;
+}
+
+/* docs/compaction.md, "Deletion-triggered pick": a table of >= 20 %
+ * tombstones, or >= 4,096 of them, is merged into the next level; in L0
+ * with every table older than it (and not the newer ones). */
+Test(pick, tables_dense_in_tombstones_are_merged_down)
+{
+	const struct { uint64_t records, del; bool due; } c[] = {
+		{ 1000, 200, true }, { 1000, 199, false }, { 100000, 4096, true },
+		{ 100000, 4095, false },
+	};
+	struct pick p;
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct fake *f = fake_new();
+
+		p = tomb_pick(f, 1, c[i].records, c[i].del);
+		cr_assert_eq(p.n > 0, c[i].due, "a table of %llu records with %llu tombstones was %s",
+			     (unsigned long long)c[i].records, (unsigned long long)c[i].del,
+			     c[i].due ? "not picked" : "picked");
+		cr_assert(!c[i].due || p.tombstones);
+		comp_pick_release(&p);
+		fake_free(f);
+	}
+	struct fake *f = fake_new();
+	struct eng_table *newer = add(f, 0, "a", "c", MIB);
+	p = tomb_pick(f, 0, 1000, 500);
+	struct eng_table *dense = f->v.files[0][1];
+	struct eng_table *older = add(f, 0, "a", "c", MIB);
+	comp_pick_release(&p);
+	cr_assert_eq(comp_pick_auto(&f->db, &p), 1);
+	cr_assert_eq(p.level, 0);
+	cr_assert_eq(p.na, 2, "%zu L0 tables picked, not the dense one and the one older", p.na);
+	cr_assert(picked(&p, dense, 0, 2) && picked(&p, older, 0, 2) && !picked(&p, newer, 0, p.n));
 	comp_pick_release(&p);
 	fake_free(f);
 }
