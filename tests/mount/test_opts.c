@@ -239,3 +239,35 @@ Test(opts, writeback_cache_only_when_asked, .init = mt_setup, .fini = mt_teardow
 	cr_assert_eq(sh("cmp -s %s/a %s/b", MNT, MNT), 0, "the two files differ");
 	down();
 }
+
+/* docs/compaction.md: compaction=memnode (default) merges on the memory
+ * node, so what crosses the transport is a small part of what it read;
+ * compaction=compute pulls the inputs (at least every byte read crosses);
+ * compaction=off merges nothing; anything else fails the mount. */
+Test(opts, compaction_chooses_where_tables_merge, .init = mt_setup, .fini = mt_teardown,
+     .timeout = 150)
+{
+	const char *mode[] = { "compaction=memnode", "compaction=compute", "compaction=off" };
+
+	for (int m = 0; m < 3; m++) {
+		cr_assert_eq(up(mode[m]), 0, "%s", mode[m]);
+		cr_assert_eq(sh("for i in $(seq 1 300); do echo $i > %s/f$i; done && "
+				"%s/dkvfs-ctl compact %s >/dev/null", MNT, B, MNT),
+			     0, "%s", mode[m]);
+		long long n = mt_stat("compactions"), rd = mt_stat("compaction_bytes_read"),
+			  net = mt_stat("compaction_net_bytes");
+		if (m == 2) {
+			cr_assert_eq(n, 0, "compaction=off compacted");
+		} else {
+			cr_assert_gt(n, 0, "%s: no compaction", mode[m]);
+			if (m == 0)
+				cr_assert_lt(net * 4, rd, "compaction=memnode moved %lld bytes over the "
+					     "transport for %lld read", net, rd);
+			else
+				cr_assert_geq(net, rd, "compaction=compute moved %lld bytes over the "
+					      "transport for %lld read", net, rd);
+		}
+		down();
+	}
+	cr_assert_neq(up("compaction=bogus"), 0, "an unknown compaction= mounted");
+}
