@@ -4,7 +4,8 @@
  * volume through any socket the node opens: not over tcp, not over its unix
  * sockets (found from /proc, so a new one cannot hide), not from its token
  * or region files.  Holding a copy of the token, the same user gets in:
- * the refusals come from the node's checks, not from an unreachable node. */
+ * the refusals come from the node's checks, not from an unreachable node.
+ * A mount's -o token_file= opens a node started with --token-file over tcp. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <arpa/inet.h>
@@ -220,4 +221,46 @@ Test(security, flood_of_silent_and_garbage_connections_harms_nobody)
 	int lines1 = atoi(sh_out(out, sizeof(out), "wc -l < %s/node.log", T));
 	cr_assert_lt(lines1 - lines0, 200, "the flood wrote %d log lines", lines1 - lines0);
 	cr_assert_eq(sh("fusermount3 -u %s && fusermount3 -u %s", m2, MNT), 0);
+}
+
+/* docs/fs.md: -o token_file=FILE, the first line is the volume's token.
+ * Over tcp to a node started with --token-file, a mount with the right
+ * file gets in, with a wrong one or none it is refused, and one over 40
+ * bytes is refused before it connects. */
+Test(security, token_file_opens_a_node_over_tcp)
+{
+	char listen[64], adm[PATH_MAX + 16], out[256];
+	int port = free_port(), rc = 1;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(adm, sizeof(adm), "%s/admin.tok", T);
+	cr_assert_eq(sh("printf 'right-token\\nsecond line\\n' > %s && printf 'wrong-token\\n' > "
+			"%s/wrong.tok && head -c 41 /dev/zero | tr '\\0' k > %s/long.tok",
+			adm, T, T),
+		     0);
+	extra_node = fork();
+	if (extra_node == 0) {
+		char bin[PATH_MAX + 32];
+		snprintf(bin, sizeof(bin), "%s/dkvfs-memnode", B);
+		execl(bin, "dkvfs-memnode", "--listen", listen, "--size", "256M", "--token-file", adm,
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* the node may not listen yet: the right token is tried until it does */
+	for (int tries = 0; tries < 100 && rc; tries++) {
+		rc = sh("%s/dkvfs -o memnode=%s,transport=tcp,volume=v,token_file=%s %s 2>/dev/null", B,
+			listen, adm, MNT);
+		if (rc)
+			usleep(100 * 1000);
+	}
+	cr_assert_eq(rc, 0, "the right token_file did not open the node over tcp");
+	cr_assert_eq(sh("echo in > %s/f && fusermount3 -u %s", MNT, MNT), 0);
+	usleep(300 * 1000);
+	sh_out(out, sizeof(out), "%s/dkvfs -o memnode=%s,transport=tcp,volume=v,op_timeout=2000,"
+		       "token_file=%s/wrong.tok %s 2>&1; echo rc=$?", B, listen, T, MNT);
+	cr_assert(!strstr(out, "rc=0"), "a wrong token_file opened the node: %s", out);
+	sh_out(out, sizeof(out), "%s/dkvfs -o memnode=%s,transport=tcp,volume=v,op_timeout=2000,"
+		       "token_file=%s/long.tok %s 2>&1; echo rc=$?", B, listen, T, MNT);
+	cr_assert(!strstr(out, "rc=0") && strstr(out, "longer than 40 bytes"),
+		  "a 41-byte token_file: %s", out);
 }
