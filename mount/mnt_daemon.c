@@ -348,6 +348,10 @@ static int read_token(struct mnt *m)
 		dkv_err("token in %s is longer than 40 bytes", m->o.token_file);
 		return -EINVAL;
 	}
+	if (!m->token_len) { /* as the node's --token-file: never "no token" */
+		dkv_err("token_file %s: the first line is empty", m->o.token_file);
+		return -EINVAL;
+	}
 	memcpy(m->token, line, m->token_len);
 	return 0;
 }

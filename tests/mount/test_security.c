@@ -226,7 +226,7 @@ Test(security, flood_of_silent_and_garbage_connections_harms_nobody)
 /* docs/fs.md: -o token_file=FILE, the first line is the volume's token.
  * Over tcp to a node started with --token-file, a mount with the right
  * file gets in, with a wrong one or none it is refused, and one over 40
- * bytes is refused before it connects. */
+ * bytes or an empty first line is refused before it connects. */
 Test(security, token_file_opens_a_node_over_tcp)
 {
 	char listen[64], adm[PATH_MAX + 16], out[256];
@@ -263,4 +263,11 @@ Test(security, token_file_opens_a_node_over_tcp)
 		       "token_file=%s/long.tok %s 2>&1; echo rc=$?", B, listen, T, MNT);
 	cr_assert(!strstr(out, "rc=0") && strstr(out, "longer than 40 bytes"),
 		  "a 41-byte token_file: %s", out);
+	/* an empty first line is an error, not "no token" (which would fall
+	 * back to a same-host node's generated token file) */
+	sh_out(out, sizeof(out), "printf '\\nright-token\\n' > %s/empty.tok && %s/dkvfs -o "
+		       "memnode=%s,transport=tcp,volume=v,token_file=%s/empty.tok %s 2>&1; echo rc=$?",
+	       T, B, listen, T, MNT);
+	cr_assert(!strstr(out, "rc=0") && strstr(out, "first line is empty"),
+		  "a token_file with an empty first line: %s", out);
 }
