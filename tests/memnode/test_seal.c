@@ -7,97 +7,10 @@
 #include "memnode/mn_int.h"
 #include "memnode/mn_proto.h"
 #include "mn_test.h"
+#include "mn_raw.h"
 #include "net/rpc.h"
 
 TestSuite(seal, .timeout = 60);
-
-/* A raw connection to volume "v": what a hostile compute node can send. */
-struct raw {
-	struct net_domain *d;
-	struct rpc_chan *ch;
-	struct net_mr *mr;
-	uint64_t base, secret;
-	uint8_t buf[4096];
-};
-
-static int raw_open(struct raw *w, const char *addr, bool writer, uint64_t secret)
-{
-	struct mn_hello h = { .version = MN_PROTO_VERSION };
-	uint8_t hello[MN_HELLO_SIZE], rp[NET_PRIV_MAX], req[14], rep[64];
-	size_t rl = sizeof(rp), rlen = 0;
-	struct net_conn *conn;
-	int rc;
-
-	mn_hello_encode(hello, &h);
-	cr_assert_eq(net_connect(w->d, addr, NULL, hello, sizeof(hello), &conn, rp, &rl), 0);
-	cr_assert_eq(rpc_chan_create(w->d, conn, 3000, &w->ch), 0);
-	req[0] = MN_OPEN_CREATE | (writer ? MN_OPEN_WRITER : 0);
-	req[1] = 1;
-	put_u16(req + 2, 0);
-	put_u64(req + 4, secret);
-	req[12] = 'v';
-	rc = rpc_call(w->ch, MN_OP_OPEN, req, 13, NULL, rep, sizeof(rep), &rlen);
-	if (!rc) {
-		cr_assert_eq(rlen, MN_OPEN_REPLY_SIZE);
-		w->base = get_u64(rep + 24);
-		w->secret = get_u64(rep + 40);
-	}
-	return rc;
-}
-
-static void raw_close(struct raw *w)
-{
-	rpc_chan_unref(w->ch);
-	w->ch = NULL;
-}
-
-/* One READ or WRITE of n bytes of w->buf at region offset off. */
-static int raw_io(struct raw *w, bool write, uint64_t off, uint32_t rkey, size_t n)
-{
-	uint64_t hd;
-	int rc = write ? rpc_post_write(w->ch, w->buf, n, w->mr->lkey, w->base + off, rkey, &hd)
-		       : rpc_post_read(w->ch, w->buf, n, w->mr->lkey, w->base + off, rkey, &hd);
-
-	return rc ? rc : rpc_wait(w->ch, hd, 3000);
-}
-
-/* An extent reply (GRANT, SEAL): off, len, rkey, kind, access. */
-struct ext_reply {
-	uint64_t off, len;
-	uint32_t rkey;
-	unsigned kind, access;
-};
-
-static int raw_call_ext(struct raw *w, uint16_t op, const uint8_t *req, size_t len,
-			struct ext_reply *x)
-{
-	uint8_t rep[MN_EXTENT_WIRE];
-	size_t rl = 0;
-	int rc = rpc_call(w->ch, op, req, len, NULL, rep, sizeof(rep), &rl);
-
-	if (rc)
-		return rc;
-	cr_assert_eq(rl, MN_EXTENT_WIRE);
-	*x = (struct ext_reply){ get_u64(rep), get_u64(rep + 8), get_u32(rep + 16), rep[20],
-				 rep[21] };
-	return 0;
-}
-
-/* A new domain with w->buf registered, the writer of volume "v" on s, and
- * a slab of len bytes: its offset (its rkey in *rkey). */
-static uint64_t raw_writer_slab(struct raw *w, struct mn_server *s, uint64_t len, uint32_t *rkey)
-{
-	uint8_t req[8], rep[24];
-	size_t rl = 0;
-
-	cr_assert_eq(net_domain_create(MT_TRANSPORT, &w->d), 0);
-	cr_assert_eq(net_reg_mr(w->d, w->buf, sizeof(w->buf), NET_ACCESS_LOCAL_WRITE, &w->mr), 0);
-	cr_assert_eq(raw_open(w, mn_server_addr(s), true, 0), 0);
-	put_u64(req, len);
-	cr_assert_eq(rpc_call(w->ch, MN_OP_ALLOC_SLAB, req, 8, NULL, rep, sizeof(rep), &rl), 0);
-	*rkey = get_u32(rep + 16);
-	return get_u64(rep);
-}
 
 Test(seal, a_sealed_table_is_read_only_on_the_wire)
 {
@@ -248,8 +161,7 @@ static int raw_pack(struct raw *w, uint64_t src, uint64_t len, uint64_t *dst,
 		return rc;
 	cr_assert_eq(rl, sizeof(rep));
 	*dst = get_u64(rep);
-	*x = (struct ext_reply){ get_u64(rep + 8), get_u64(rep + 16), get_u32(rep + 24), rep[28],
-				 rep[29] };
+	*x = ext_reply_decode(rep + 8);
 	return 0;
 }
 
