@@ -469,6 +469,8 @@ static int compute_table_done(void *ctx, const uint8_t *p, size_t len, const str
 			x.owner = ENG_TABLE_PACKED;
 			cc->os->o[cc->os->n - 1].off = x.off;
 			cc->os->o[cc->os->n - 1].owner = x.owner;
+		} else {
+			eng_freeze_table(db, x.off, len); /* read-only where it is */
 		}
 	}
 	atomic_fetch_add(&db->st_comp_net, len);

@@ -166,7 +166,9 @@ struct eng_stats {
 	uint64_t gc_evacuations;          /* full volume: slabs emptied to give them back */
 	uint64_t discards;                /* freed slab ranges returned to the node's OS */
 	uint64_t tables_sealed;           /* tables written into runs then made read-only */
-	uint64_t tables_unsealed;         /* ... into slab space, writable (node full) */
+	uint64_t tables_unsealed;         /* ... into slab space (node full, or small with
+					   * pack_tables off) */
+	uint64_t tables_frozen;           /* ... of them made read-only there (MN_OP_FREEZE) */
 	uint64_t tables_packed;           /* small tables copied into a read-only packed run */
 	uint64_t tables_repacked;         /* ... of them, left in slab space first (node was full) */
 	uint64_t tables_in_place;         /* tables read in place, not by READ (local node) */

@@ -488,6 +488,7 @@ struct eng_db {
 	_Atomic uint64_t st_del_flushes, st_tomb_compactions, st_discards;
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
 	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
+	_Atomic uint64_t st_tables_frozen;                                /* engine/pack.c */
 	_Atomic uint64_t st_tables_packed, st_tables_repacked;            /* engine/pack.c */
 	_Atomic uint64_t st_tables_in_place;                              /* engine/table.c */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
@@ -606,6 +607,10 @@ int eng_space_get_keep(struct eng_db *db, uint64_t len, uint64_t keep, uint64_t 
  * free it.  in/out: input bytes, output bytes so far including this one. */
 uint64_t eng_space_keep(const struct eng_db *db, uint64_t in, uint64_t out);
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len);
+/* The same for the bytes of a table that may be frozen (an installed
+ * table of slab space, or one about to be): thawed first (eng_thaw); kept
+ * out of the allocator if that fails (the next open has it back). */
+void eng_space_put_table(struct eng_db *db, uint64_t off, uint64_t len);
 /* Return pending table extents (slab ones to the allocator, node ones to the
  * node).  Caller holds man_mu. */
 void eng_space_drain(struct eng_db *db);
@@ -616,7 +621,7 @@ void eng_space_drain(struct eng_db *db);
  * first, the next open finds it either named or an orphan.  Caller holds
  * man_mu. */
 enum eng_defer_kind {
-	ENG_DEFER_SPACE,  /* slab space: eng_space_put */
+	ENG_DEFER_SPACE,  /* slab space of a table: eng_space_put_table */
 	ENG_DEFER_EXTENT, /* node-owned table extent (len: the table's): mn_free_extents */
 	ENG_DEFER_SLAB,   /* a whole slab or blob slab: mn_free_slab */
 	ENG_DEFER_PACKED, /* a table in a packed run: eng_pack_put */
@@ -653,9 +658,24 @@ void eng_space_trim_all(struct eng_db *db);
  * the same call): 0 and
  * the table's new offset in *off (its
  * slab space goes back to the allocator; the run counts it as live), or an
- * error with the table where it was (it stays writable: tables_unsealed).
+ * error with the table where it was (then frozen there: eng_freeze_table).
  * man_mu not held. */
 int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len);
+/* Frozen tables (engine/pack.c).  A table that stays in our slab space
+ * (written and synced, not packed) is frozen where it is (MN_OP_FREEZE):
+ * read-only to every client from then on, this mount included, and no
+ * page taken on the node.  Failure (an older node, a slab with
+ * MN_FROZEN_PER_SLAB frozen ranges) is logged; the table then stays
+ * writable by this mount until packed or compacted (tables_unsealed
+ * counts those).  man_mu not held. */
+void eng_freeze_table(struct eng_db *db, uint64_t off, uint64_t len);
+/* Slab space of dead tables, before it is reused: writable again
+ * (MN_OP_THAW).  0, or the error (logged; the space must not be reused).
+ * man_mu may be held (an RPC, like the discard next to it). */
+int eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n);
+/* At a writable open: freeze every table of the current version that lies
+ * in slab space (the node forgot them with the last lease). */
+void eng_freeze_live(struct eng_db *db);
 /* A packed table at off is gone (or was never installed): its run counts
  * one live table less, and is freed with the last (mn_free_extents, here),
  * unless it is db->pack_cur, the run the node may still fill: that one is

@@ -235,9 +235,11 @@ void eng_pieces_release(struct eng_db *db, struct eng_piece *pc, int n, bool uns
  * the byte and leave the node's last pages to compaction and to the deletes
  * that will free space; a small one is then copied into the node's packed
  * run, read-only, while the node has room (engine/pack.c: tables_packed).
- * The rest stay writable by this mount until the node has room again
- * (eng_pack_sweep packs them) or a compaction replaces them (with node
- * extents, which no client can write); tables_unsealed counts them.  (Sealing every table, a 20 KB one took a whole 1 MiB page until
+ * The rest are frozen where they are (eng_freeze_table: read-only to every
+ * client, no page taken) until the node has room again (eng_pack_sweep
+ * packs them) or a compaction replaces them (with node extents, which no
+ * client can write); tables_unsealed counts them, tables_frozen those
+ * frozen.  (Sealing every table, a 20 KB one took a whole 1 MiB page until
  * merged: a node of small flushes filled with waste.) */
 #define FLUSH_SEAL_MIN (4u << 20)
 bool eng_seal_room(struct eng_db *db, uint64_t est, bool fresh)
@@ -463,6 +465,8 @@ int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, s
 	r = mn_sync(db->mc, fo.off, meta.size);
 	if (!r && (!pl || !pl->holes_only) && !eng_pack(db, &pc->off, meta.size))
 		pc->owner = ENG_TABLE_PACKED;
+	if (!r && pc->owner == ENG_TABLE_SLAB)
+		eng_freeze_table(db, pc->off, meta.size); /* read-only where it is */
 	if (!r)
 		r = eng_table_adopt(db, pc->number, pc->off, meta.size, pc->owner, idx, &pc->t);
 	if (!r && (!pl || !pl->holes_only))

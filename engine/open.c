@@ -335,8 +335,10 @@ int eng_open(const struct eng_options *o, eng_db **out)
 		r = eng_blob_init(db, st.bslabs, st.nbslabs);
 	if (r)
 		goto fail;
-	if (!db->read_only && !fresh)
+	if (!db->read_only && !fresh) {
 		free_orphans(db);
+		eng_freeze_live(db); /* the lease came with nothing frozen */
+	}
 
 	mem_log = db->nsegs ? db->segs[0].log_no : db->next_number;
 	db->mem = eng_mem_create(mem_log);

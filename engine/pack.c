@@ -1,7 +1,7 @@
-/* engine/pack.c — small tables made read-only: packed runs.
+/* engine/pack.c — tables made read-only: packed runs, and frozen tables.
  *
- * A table written into our slab space stays writable by this mount for as
- * long as it lives there.  A large one gets a run of its own and is sealed
+ * A table written into our slab space would stay writable by this mount
+ * for as long as it lives there.  A large one gets a run of its own and is sealed
  * (engine/flush.c); a small one (an early flush for a sync or for deletes,
  * a compute-mode compaction's last output) is copied by the memory node
  * into the volume's packed run (MN_OP_PACK, memnode/mn_pack.c): a node
@@ -20,6 +20,13 @@
  * writable open the counts are rebuilt from the manifest: a node extent
  * holding a packed table of the current version is a packed run; one
  * holding none is an orphan (engine/open.c).
+ *
+ * A table that stays in slab space (not packed: the node close to full, a
+ * cleaner's rewrite, pack_tables off) is frozen there instead
+ * (eng_freeze_table, MN_OP_FREEZE: memnode/mn_freeze.c), which takes no
+ * page; its space is thawed (eng_thaw, from engine/space.c) before it is
+ * reused, and a writable open freezes the slab-space tables of its version
+ * again (eng_freeze_live), since the node forgot them with the last lease.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -232,4 +239,83 @@ void eng_pack_sweep(struct eng_db *db)
 			   "a table in this mount's slab space could not be packed read-only: %s "
 			   "(tried again when the compaction thread is idle)",
 			   dkv_strerror(r));
+}
+
+/* ------------------------------------------------------------ frozen */
+
+void eng_freeze_table(struct eng_db *db, uint64_t off, uint64_t len)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	int r = mn_freeze(db->mc, &(struct mn_extent){ off, len }, 1);
+
+	if (!r)
+		atomic_fetch_add(&db->st_tables_frozen, 1);
+	else if (r != -EOPNOTSUPP)
+		dkv_log_rl(&rl, DKV_LOG_WARN,
+			   "a table stays writable by this mount in its slab space for now: the "
+			   "memory node could not freeze it (%s)",
+			   dkv_strerror(r));
+}
+
+int eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	int r = n ? mn_thaw(db->mc, ex, n) : 0;
+
+	if (r == -EOPNOTSUPP) /* an older node: nothing is frozen there */
+		return 0;
+	if (r)
+		dkv_log_rl(&rl, DKV_LOG_WARN,
+			   "freed table space could not be made writable again (%s); it is not "
+			   "reused until the next open",
+			   dkv_strerror(r));
+	return r;
+}
+
+#define FREEZE_BATCH 64
+
+/* Freeze the n tables of ex (one call; one by one if that is refused, so
+ * only the ones the node cannot freeze stay writable).  How many failed. */
+static size_t freeze_batch(struct eng_db *db, const struct mn_extent *ex, size_t n)
+{
+	size_t fails = 0;
+	int r = n ? mn_freeze(db->mc, ex, n) : 0;
+
+	if (r == -EOPNOTSUPP)
+		return n;
+	if (r && n > 1)
+		for (size_t i = 0; i < n; i++)
+			fails += mn_freeze(db->mc, &ex[i], 1) != 0;
+	else if (r)
+		fails = n;
+	return fails;
+}
+
+void eng_freeze_live(struct eng_db *db)
+{
+	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
+	const struct eng_version *v = db->current;
+	struct mn_extent ex[FREEZE_BATCH];
+	size_t fails = 0, n = 0, k = 0;
+
+	for (int l = 0; l < ENG_LEVELS; l++)
+		for (size_t i = 0; i < v->nfiles[l]; i++) {
+			const struct eng_table *t = v->files[l][i];
+
+			if (t->owner != ENG_TABLE_SLAB)
+				continue;
+			n++;
+			ex[k++] = (struct mn_extent){ t->off, t->len };
+			if (k == FREEZE_BATCH) {
+				fails += freeze_batch(db, ex, k);
+				k = 0;
+			}
+		}
+	fails += freeze_batch(db, ex, k);
+	if (fails)
+		dkv_log_rl(&rl, DKV_LOG_WARN,
+			   "%zu of the %zu tables in this mount's slab space could not be frozen "
+			   "and stay writable by it until packed or compacted",
+			   fails, n);
+	atomic_fetch_add(&db->st_tables_frozen, n - fails);
 }

@@ -103,6 +103,7 @@ void eng_space_drain(struct eng_db *db)
 	struct eng_edit_table *p;
 	struct mn_extent *node = NULL;
 	size_t n, nn = 0;
+	bool thawed;
 
 	pthread_mutex_lock(&db->free_mu);
 	p = db->pending;
@@ -114,21 +115,29 @@ void eng_space_drain(struct eng_db *db)
 		return;
 	db->space_checked_us = 0; /* space came back: the next low check looks */
 	node = calloc(n, sizeof(*node));
-	/* Slab pieces: discarded first (done before they can be reused), then
-	 * back to the allocator.  Node extents: freed by the node. */
-	/* pages first: slab space before it is reused, and a dead table's
+	/* Slab pieces: thawed (they may be frozen tables: engine/pack.c) and
+	 * discarded first (done before they can be reused), then back to the
+	 * allocator; if the thaw fails they are not reused (the next open
+	 * has them back).  Node extents: freed by the node. */
+	for (size_t i = 0; i < n && node; i++)
+		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
+	thawed = node && !eng_thaw(db, node, nn);
+	nn = 0;
+	/* pages: slab space before it is reused, and a dead table's
 	 * bytes in a packed run, which stay allocated until its last table
 	 * goes (the node never writes there again) */
 	for (size_t i = 0; i < n && node; i++)
-		if ((p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off)) ||
+		if ((p[i].owner == ENG_TABLE_SLAB && thawed && eng_alloc_owns(db->alloc, p[i].off)) ||
 		    p[i].owner == ENG_TABLE_PACKED)
 			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
 	eng_space_discard(db, node, nn);
 	nn = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
-			eng_alloc_put(db->alloc, p[i].off, p[i].len);
-		else if (p[i].owner == ENG_TABLE_PACKED)
+		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off)) {
+			if (thawed)
+				eng_alloc_put(db->alloc, p[i].off, p[i].len);
+		} else if (p[i].owner == ENG_TABLE_PACKED)
 			eng_pack_put(db, p[i].off);
 		else if (node)
 			node[nn++] = (struct mn_extent){ p[i].off, eng_node_extent_len(p[i].len) };
@@ -148,7 +157,7 @@ void eng_space_release_table(struct eng_db *db, int owner, uint64_t off, uint64_
 								: ENG_DEFER_EXTENT,
 				off, len);
 	else if (owner == ENG_TABLE_SLAB)
-		eng_space_put(db, off, len);
+		eng_space_put_table(db, off, len);
 	else if (owner == ENG_TABLE_PACKED)
 		eng_pack_put(db, off);
 	else if (ex)
@@ -180,7 +189,7 @@ void eng_space_release_deferred(struct eng_db *db)
 		struct eng_deferred *d = &db->deferred[i];
 
 		if (d->kind == ENG_DEFER_SPACE)
-			eng_space_put(db, d->off, d->len);
+			eng_space_put_table(db, d->off, d->len);
 		else if (d->kind == ENG_DEFER_SLAB && mn_free_slab(db->mc, d->off))
 			dkv_warn("could not give slab %llu back to the node (the next open frees it)",
 				 (unsigned long long)d->off);
@@ -360,6 +369,12 @@ void eng_space_trim_all(struct eng_db *db)
 void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
 {
 	eng_alloc_put(db->alloc, off, len);
+}
+
+void eng_space_put_table(struct eng_db *db, uint64_t off, uint64_t len)
+{
+	if (!eng_thaw(db, &(struct mn_extent){ off, len }, 1))
+		eng_space_put(db, off, len);
 }
 
 /* ---------------------------------------------------------------- node */

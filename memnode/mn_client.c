@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,67 +47,6 @@ static int map_err(int rc)
 
 /* ------------------------------------------------------------ extents */
 
-static int ext_cmp(const void *a, const void *b)
-{
-	const struct mn_ext *x = a, *y = b;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Find the extent holding [off, off+len). Lock held. */
-static struct mn_ext *ext_find(struct mn_client *c, uint64_t off, uint64_t len)
-{
-	size_t lo = 0, hi = c->next;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		struct mn_ext *e = &c->ext[mid];
-		if (off < e->off)
-			hi = mid;
-		else if (off >= e->off + e->len)
-			lo = mid + 1;
-		else
-			return len <= e->off + e->len - off ? e : NULL;
-	}
-	return NULL;
-}
-
-static int ext_add(struct mn_client *c, const struct mn_ext *e)
-{
-	struct mn_ext *x = ext_find(c, e->off, 1);
-
-	if (x && x->off == e->off) {
-		*x = *e;
-		return 0;
-	}
-	if (c->next == c->extcap) {
-		size_t nc = c->extcap ? c->extcap * 2 : 32;
-		struct mn_ext *ne = realloc(c->ext, nc * sizeof(*ne));
-		if (!ne)
-			return -ENOMEM;
-		c->ext = ne;
-		c->extcap = nc;
-	}
-	c->ext[c->next++] = *e;
-	qsort(c->ext, c->next, sizeof(*c->ext), ext_cmp);
-	return 0;
-}
-
-static void ext_del(struct mn_client *c, uint64_t off)
-{
-	for (size_t i = 0; i < c->next; i++)
-		if (c->ext[i].off == off) {
-			memmove(&c->ext[i], &c->ext[i + 1], (c->next - i - 1) * sizeof(*c->ext));
-			c->next--;
-			return;
-		}
-}
-
-/* One extent entry of a LIST_EXTENTS, GRANT, SEAL or PACK reply. */
-static struct mn_ext ext_decode(const uint8_t *e)
-{
-	return (struct mn_ext){ get_u64(e), get_u64(e + 8), get_u32(e + 16), e[21] };
-}
-
 /* Replace the extent table with the node's list on ch (kinds out too, for
  * mn_list_extents).  Lock held. */
 static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_extent **out,
@@ -120,7 +60,8 @@ static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_exten
 
 	if (!rep)
 		return -ENOMEM;
-	c->next = 0;
+	c->ext.n = 0;
+	c->gaps.n = 0;
 	do {
 		uint8_t req[8];
 		size_t rl = 0;
@@ -137,12 +78,12 @@ static int ext_refresh(struct mn_client *c, struct rpc_chan *ch, struct mn_exten
 		cursor = get_u64(rep);
 		for (uint32_t i = 0; i < cnt && !rc; i++) {
 			const uint8_t *e = rep + MN_LIST_HDR + (size_t)i * MN_EXTENT_WIRE;
-			struct mn_ext x = ext_decode(e);
+			struct mn_ext x = mnc_ext_decode(e);
 			if (x.off < MN_HDR_SIZE || x.len == 0 || x.off + x.len < x.off) {
 				rc = -EBADMSG;
 				break;
 			}
-			rc = ext_add(c, &x);
+			rc = mnc_ext_add(&c->ext, &x);
 			if (!rc && out) {
 				if (n == cap) {
 					size_t nc = cap ? cap * 2 : 32;
@@ -182,10 +123,10 @@ static int ext_fetch(struct mn_client *c, struct rpc_chan *ch, uint64_t off)
 		return map_err(rc);
 	if (rl != sizeof(rep))
 		return -EBADMSG;
-	x = ext_decode(rep);
+	x = mnc_ext_decode(rep);
 	if (x.off < MN_HDR_SIZE || !x.len || x.off > off || off - x.off >= x.len)
 		return -EBADMSG;
-	return ext_add(c, &x);
+	return mnc_ext_add(&c->ext, &x);
 }
 
 /* ------------------------------------------------------------ connection */
@@ -228,7 +169,10 @@ static int open_volume(struct mn_client *c, struct rpc_chan *ch)
 	c->base = get_u64(rep + 24);
 	c->info.file_backed = get_u32(rep + 32) & MN_VOL_FILE_BACKED;
 	c->lease_secret = get_u64(rep + 40);
-	return ext_refresh(c, ch, NULL, NULL);
+	/* the lease came with nothing frozen: first freeze again what we had,
+	 * then learn the runs with the grants that leaves us */
+	rc = c->o.writer ? mnc_frozen_replay(c, ch) : 0;
+	return rc ? rc : ext_refresh(c, ch, NULL, NULL);
 }
 
 static void hello_build(const struct mn_client *c, uint8_t hello[MN_HELLO_SIZE])
@@ -331,8 +275,10 @@ static int chan_get(struct mn_client *c, struct rpc_chan **out)
 	return rc;
 }
 
-/* Channel and (raddr, rkey) for [off, off+len). */
-static int acquire(struct mn_client *c, uint64_t off, size_t len, bool write,
+/* Channel and (raddr, rkey) for [off, off+len).  posting: a READ or WRITE
+ * the caller posts at once and then reports with mnc_posted (it waits
+ * while a FREEZE is on the wire, which may revoke the grant it would use). */
+static int acquire(struct mn_client *c, uint64_t off, size_t len, bool write, bool posting,
 		   struct rpc_chan **out, uint64_t *raddr, uint32_t *rkey)
 {
 	struct rpc_chan *ch;
@@ -342,16 +288,20 @@ static int acquire(struct mn_client *c, uint64_t off, size_t len, bool write,
 	if (off < MN_HDR_SIZE || off + len < off)
 		return -DKV_E_GRANT;
 	pthread_mutex_lock(&c->lock);
+	while (posting && c->freezing)
+		pthread_cond_wait(&c->gate, &c->lock);
 	rc = chan_get_locked(c, &ch);
 	if (rc)
 		goto out;
-	e = ext_find(c, off, len);
+	e = mnc_ext_find(&c->ext, off, len);
 	if (!e) {
 		rc = ext_fetch(c, ch, off);
-		e = rc ? NULL : ext_find(c, off, len);
+		e = rc ? NULL : mnc_ext_find(&c->ext, off, len);
 		if (rc == -ENOENT)
 			rc = 0; /* not ours: -DKV_E_GRANT below */
 	}
+	if (e && write && !(e->access & NET_ACCESS_REMOTE_WRITE) && (e->access & MN_ACC_GAPS))
+		rc = mnc_gap_find(c, ch, e, off, len, &e); /* frozen bytes in it: a gap's grant */
 	if (!e || (write && !(e->access & NET_ACCESS_REMOTE_WRITE))) {
 		rpc_chan_unref(ch);
 		rc = rc ? rc : -DKV_E_GRANT;
@@ -360,6 +310,8 @@ static int acquire(struct mn_client *c, uint64_t off, size_t len, bool write,
 	*raddr = c->base + off;
 	*rkey = e->rkey;
 	*out = ch;
+	if (posting)
+		atomic_fetch_add(&c->posting, 1);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -396,6 +348,7 @@ int mn_client_open(const struct mn_client_opts *o, struct mn_client **out)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->block, NULL);
+	pthread_cond_init(&c->gate, NULL);
 	c->o = *o;
 	if (!c->o.op_timeout_ms)
 		c->o.op_timeout_ms = MN_DEFAULT_TIMEOUT;
@@ -473,10 +426,13 @@ void mn_client_close(struct mn_client *c)
 		mnc_area_del(c, c->nareas - 1);
 	free(c->areas);
 	free(c->doubt);
-	free(c->ext);
+	free(c->ext.v);
+	free(c->gaps.v);
+	dkv_rangeset_release(&c->frozen);
 	net_domain_destroy(c->dom);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->block);
+	pthread_cond_destroy(&c->gate);
 	free(c->addr);
 	free(c->volume);
 	free(c);
@@ -551,7 +507,7 @@ static int ext_add_out(struct mn_client *c, const struct mn_ext *e, struct mn_ex
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
-	rc = ext_add(c, e); /* an entry at the same offset is replaced */
+	rc = mnc_ext_add(&c->ext, e); /* an entry at the same offset is replaced */
 	pthread_mutex_unlock(&c->lock);
 	if (rc)
 		return rc;
@@ -588,7 +544,7 @@ int mn_free_slab(struct mn_client *c, uint64_t off)
 	rc = call_simple(c, MN_OP_FREE_SLAB, req, 8, NULL, 0, NULL);
 	if (!rc) {
 		pthread_mutex_lock(&c->lock);
-		ext_del(c, off);
+		mnc_run_forget(c, off, 0, UINT64_MAX); /* and its frozen ranges: the node's went */
 		pthread_mutex_unlock(&c->lock);
 	}
 	return rc;
@@ -610,7 +566,7 @@ static int call_ro_extent(struct mn_client *c, uint16_t op, const uint64_t *args
 		return rc;
 	if (rl != head + MN_EXTENT_WIRE)
 		return -EBADMSG;
-	*e = ext_decode(rep + head);
+	*e = mnc_ext_decode(rep + head);
 	return e->access & NET_ACCESS_REMOTE_WRITE ? -EBADMSG : 0;
 }
 
@@ -624,7 +580,10 @@ int mn_seal(struct mn_client *c, uint64_t off, uint64_t keep, struct mn_extent *
 		return rc;
 	if (e.off != off || e.len < keep)
 		return -EBADMSG;
-	return ext_add_out(c, &e, out); /* replaces the slab's: its grant was revoked */
+	pthread_mutex_lock(&c->lock);
+	mnc_run_forget(c, off, 0, UINT64_MAX); /* a node extent now, nothing frozen */
+	pthread_mutex_unlock(&c->lock);
+	return ext_add_out(c, &e, out); /* its grant was revoked */
 }
 
 int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t keep, uint64_t *off,
@@ -658,13 +617,14 @@ int mn_punch(struct mn_client *c, uint64_t off, uint64_t hole, uint64_t len)
 		return rc;
 	if (rl != sizeof(rep))
 		return -EBADMSG;
-	e[0] = ext_decode(rep);
-	e[1] = ext_decode(rep + MN_EXTENT_WIRE);
+	e[0] = mnc_ext_decode(rep);
+	e[1] = mnc_ext_decode(rep + MN_EXTENT_WIRE);
 	pthread_mutex_lock(&c->lock);
-	ext_del(c, off); /* its grant was revoked; the parts come with new ones */
+	mnc_run_forget(c, off, get_u64(req + 8), get_u64(req + 16)); /* grants revoked; the
+									* parts come with new ones */
 	for (int i = 0; i < 2 && !rc; i++)
 		if (e[i].len)
-			rc = ext_add(c, &e[i]);
+			rc = mnc_ext_add(&c->ext, &e[i]);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -684,8 +644,7 @@ int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n)
 	return rc;
 }
 
-/* One FREE_EXTENTS or DISCARD call for n (offset, length) entries. */
-static int extents_call(struct mn_client *c, int op, const struct mn_extent *ex, size_t n)
+int mnc_extents_call(struct mn_client *c, int op, const struct mn_extent *ex, size_t n)
 {
 	size_t body = (size_t)n * MN_FREE_WIRE;
 	bool inline_ = 8 + body <= RPC_REQ_MAX - RPC_REQ_HDR;
@@ -715,16 +674,16 @@ static int extents_call(struct mn_client *c, int op, const struct mn_extent *ex,
 
 int mn_discard(struct mn_client *c, const struct mn_extent *ex, size_t n)
 {
-	return extents_call(c, MN_OP_DISCARD, ex, n);
+	return mnc_extents_call(c, MN_OP_DISCARD, ex, n);
 }
 
 int mn_free_extents(struct mn_client *c, const struct mn_extent *ex, size_t n)
 {
-	int rc = extents_call(c, MN_OP_FREE_EXTENTS, ex, n);
+	int rc = mnc_extents_call(c, MN_OP_FREE_EXTENTS, ex, n);
 
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < n; i++)
-		ext_del(c, ex[i].off);
+		mnc_ext_del(&c->ext, ex[i].off);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -844,13 +803,14 @@ static int io_post(struct mn_client *c, struct mn_io *io, bool write, uint64_t o
 		io->done = 1;
 		return 0;
 	}
-	rc = acquire(c, off, len, write, &ch, &raddr, &rkey);
+	rc = acquire(c, off, len, write, true, &ch, &raddr, &rkey);
 	if (rc)
 		goto out_done;
 	mr = mnc_buf_find(c, buf, len);
 	if (!mr) {
 		bounce = mnc_buf_new(c, len);
 		if (!bounce) {
+			mnc_posted(c); /* acquired, never posted */
 			rc = -ENOMEM;
 			goto out_unref;
 		}
@@ -863,6 +823,7 @@ static int io_post(struct mn_client *c, struct mn_io *io, bool write, uint64_t o
 		rc = rpc_post_write(ch, local, len, mr->lkey, raddr, rkey, &h);
 	else
 		rc = rpc_post_read(ch, local, len, mr->lkey, raddr, rkey, &h);
+	mnc_posted(c);
 	if (rc)
 		goto out_bounce;
 	io->priv[IO_CH] = ch;
@@ -927,7 +888,7 @@ int mn_map(struct mn_client *c, uint64_t off, size_t len, const void **out)
 	struct rpc_chan *ch;
 	uint64_t raddr;
 	uint32_t rkey;
-	int rc = acquire(c, off, len, false, &ch, &raddr, &rkey);
+	int rc = acquire(c, off, len, false, false, &ch, &raddr, &rkey);
 
 	if (rc)
 		return rc;
@@ -950,7 +911,7 @@ int mn_client_translate(struct mn_client *c, uint64_t off, size_t len, bool writ
 			uint64_t *raddr, uint32_t *rkey)
 {
 	struct rpc_chan *ch;
-	int rc = acquire(c, off, len, write, &ch, raddr, rkey);
+	int rc = acquire(c, off, len, write, false, &ch, raddr, rkey);
 
 	if (!rc)
 		rpc_chan_unref(ch);

@@ -113,6 +113,22 @@ int mn_pack(struct mn_client *c, uint64_t src, uint64_t len, uint64_t keep, uint
  * -ENOENT/-EPERM (not a slab of this volume), -EINVAL (hole), -EBUSY (a
  * compaction job reads it), -EOPNOTSUPP (an older node), -EIO. */
 int mn_punch(struct mn_client *c, uint64_t off, uint64_t hole, uint64_t len);
+/* Freeze ranges of this writer's slabs (installed tables, written and
+ * synced): no client can write them from then on, this one included, over
+ * any transport, and the node's COPY and DISCARD refuse them too; reads
+ * are unchanged.  It takes no page on the node (memnode/mn_freeze.c).
+ * Each range lies in one slab.  The node forgets them when the lease is
+ * granted again: this client replays its own after a reconnect (also to a
+ * restarted node); a new client freezes its live tables itself.  Freeing
+ * or sealing the slab, or punching the pages, forgets them too.  WRITEs
+ * posted meanwhile wait for the call.  Errors: -EPERM (not in the
+ * volume's slabs), -EINVAL, -ENOSPC (over MN_FROZEN_PER_SLAB ranges in a
+ * slab: nothing frozen), -EOPNOTSUPP (an older node), -EIO. */
+int mn_freeze(struct mn_client *c, const struct mn_extent *ex, size_t n);
+/* Make frozen ranges writable again, before their space is reused (the
+ * table was packed, compacted away or deleted).  Parts not frozen are
+ * fine.  Errors: -EPERM (not in the volume's slabs), -ENOMEM, -EIO. */
+int mn_thaw(struct mn_client *c, const struct mn_extent *ex, size_t n);
 /* Every extent the volume owns (slabs and node extents), for recovery and GC:
  * *out is malloc'ed, caller frees. */
 int mn_list_extents(struct mn_client *c, struct mn_extent **out, size_t *n);

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "common/owned_file.h"
+#include "common/rangeset.h"
 #include "common/ratelimit.h"
 #include "memnode/mn_region.h"
 #include "memnode/mn_server.h"
@@ -23,6 +24,8 @@ struct mn_grant {
 	uint64_t off, len;
 	uint32_t rkey;
 	unsigned access;
+	bool gapped;  /* a writer's slab with frozen ranges: read-only, writes via gaps */
+	bool keep;    /* mn_freeze.c, while it re-grants a slab's gaps */
 };
 
 /* One client connection (the rpc_sconn's user data). */
@@ -39,6 +42,11 @@ struct mn_conn {
 	char only[MN_VOLUME_NAME_MAX + 1];
 	struct mn_grant *grants;  /* under srv->lock */
 	size_t ngrants, cap;
+	/* Read-write grants of the writable gaps of its gapped slabs
+	 * (mn_freeze.c), under srv->lock; disjoint from each other's
+	 * purpose: each lies inside one slab and outside its frozen ranges. */
+	struct mn_grant *gaps;
+	size_t ngaps, gcap;
 	char peer[96];
 	char peer_key[64];        /* what max_conns_per_peer counts: host or uid */
 	struct mn_conn *next;     /* srv->conns, under srv->lock */
@@ -62,6 +70,11 @@ struct mn_volstate {
 	 * yet.  Not kept across a restart: a restarted node starts a new
 	 * one, and the old ones live on, read-only, until freed. */
 	uint64_t pack_off, pack_len, pack_fill;
+	/* Byte ranges of the volume's slabs that no client may write
+	 * (installed tables, mn_freeze.c).  Forgotten when the writer lease
+	 * is granted (its holder replays its own) and with the slab space
+	 * they lie in (FREE_SLAB, PUNCH, SEAL); not kept across a restart. */
+	struct dkv_rangeset frozen;
 };
 
 struct mn_server {
@@ -151,6 +164,24 @@ int mn_sync_counted(struct mn_server *s, uint64_t off, uint64_t len);
 void mn_op_pack(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		const uint8_t *req, size_t len);
 void mn_pack_forget(struct mn_server *s, int v, uint64_t off);
+/* Frozen ranges (memnode/mn_freeze.c).  Lock held for all. */
+void mn_op_freeze(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		  const uint8_t *req, size_t len);
+void mn_op_thaw(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		const uint8_t *req, size_t len);
+void mn_op_gaps(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
+		const uint8_t *req, size_t len);
+/* Does [off, off+len) of volume v overlap a frozen range? */
+bool mn_frozen_in(struct mn_server *s, int v, uint64_t off, uint64_t len);
+/* Slab space [off, off+len) of v is freed or no longer a slab: forget its
+ * frozen ranges, and revoke every connection's gap grants there. */
+void mn_frozen_drop(struct mn_server *s, int v, uint64_t off, uint64_t len);
+/* Revoke mc's gap grants inside [off, off+len) (all: len UINT64_MAX). */
+void mn_gaps_revoke(struct mn_server *s, struct mn_conn *mc, uint64_t off, uint64_t len);
+/* The (offset, length) entries of a FREE_EXTENTS, DISCARD, FREEZE or THAW
+ * request (mn_ops.c); NULL when the request does not add up. */
+const uint8_t *mn_extent_entries(struct rpc_call *call, const uint8_t *req, size_t len,
+				 uint32_t *n);
 /* Release mc's lease and grants (CLOSE, disconnect).  Lock held. */
 void mn_conn_release(struct mn_server *s, struct mn_conn *mc);
 

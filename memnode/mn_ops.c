@@ -93,6 +93,10 @@ static void op_open(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 		/* a new lease (or the holder back): it starts with no packed run
 		 * of its own, so it never frees the one the node fills */
 		mn_pack_forget(s, v, s->vs[v].pack_off);
+		/* and no frozen ranges: the holder freezes its live tables again
+		 * (a mount at open, a client back after a reconnect replays its
+		 * own), so a crashed mount's dead tables do not stay frozen */
+		dkv_rangeset_clear(&s->vs[v].frozen);
 		if (old && secret)
 			mc->lease_secret = secret; /* taken over: the holder keeps it */
 		while (!mc->lease_secret)
@@ -171,14 +175,18 @@ static int free_pinned(struct mn_server *s, int vol, enum mn_kind kind, uint64_t
 static void op_free_slab(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 			 const uint8_t *req, size_t len)
 {
-	uint64_t off;
+	enum mn_kind kind = MN_KIND_FREE;
+	uint64_t off, slen = 0;
 	int rc;
 
 	if (len != 8)
 		return reply_err(call, -EINVAL);
 	off = get_u64(req);
 	pthread_mutex_lock(&s->lock);
+	rc = mn_run_at(&s->rg, mc->vol, off, &(uint64_t){ 0 }, &slen, &kind);
 	rc = free_pinned(s, mc->vol, MN_KIND_SLAB, off);
+	if (!rc && kind == MN_KIND_SLAB)
+		mn_frozen_drop(s, mc->vol, off, slen);
 	pthread_mutex_unlock(&s->lock);
 	reply_err(call, rc);
 }
@@ -270,7 +278,7 @@ static void op_grant(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 static void op_seal(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		    const uint8_t *req, size_t len)
 {
-	uint64_t off, keep, sealed = 0;
+	uint64_t off, keep, sealed = 0, slen = 0;
 	uint8_t rep[MN_EXTENT_WIRE];
 	uint32_t rkey = 0;
 	unsigned acc = 0;
@@ -285,9 +293,12 @@ static void op_seal(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 	if (!rc && run_pinned(s, mc->vol, off))
 		rc = -EBUSY;
 	if (!rc)
+		rc = mn_run_at(&s->rg, mc->vol, off, &(uint64_t){ 0 }, &slen, &(enum mn_kind){ 0 });
+	if (!rc)
 		rc = mn_region_seal(&s->rg, mc->vol, off, keep, &sealed);
 	if (!rc) {
 		mn_revoke_all(s, mc->vol, off);
+		mn_frozen_drop(s, mc->vol, off, slen); /* a node extent now */
 		rc = mn_conn_grant(s, mc, off, sealed, MN_KIND_NODE, &rkey, &acc);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -320,8 +331,10 @@ static void op_punch(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 	if (!rc)
 		rc = mn_region_punch(&s->rg, mc->vol, off, get_u64(req + 8), get_u64(req + 16),
 				     &part[0], &part[1]);
-	if (!rc)
+	if (!rc) {
 		mn_revoke_all(s, mc->vol, off);
+		mn_frozen_drop(s, mc->vol, get_u64(req + 8), get_u64(req + 16));
+	}
 	for (int i = 0; i < 2 && !rc; i++) {
 		uint32_t rkey = 0;
 		unsigned acc = 0;
@@ -342,8 +355,8 @@ static void op_punch(struct mn_server *s, struct mn_conn *mc, struct rpc_call *c
 /* The (offset, length) entries of a FREE_EXTENTS or DISCARD request: u32
  * count, u32 0, then the entries inline, or pulled as the argument when the
  * batch is large.  NULL when the request does not add up. */
-static const uint8_t *extent_entries(struct rpc_call *call, const uint8_t *req, size_t len,
-				     uint32_t *n)
+const uint8_t *mn_extent_entries(struct rpc_call *call, const uint8_t *req, size_t len,
+				 uint32_t *n)
 {
 	size_t alen = 0;
 	const uint8_t *arg = rpc_call_arg(call, &alen);
@@ -360,7 +373,7 @@ static void op_free_extents(struct mn_server *s, struct mn_conn *mc, struct rpc_
 			    const uint8_t *req, size_t len)
 {
 	uint32_t n = 0;
-	const uint8_t *ents = extent_entries(call, req, len, &n);
+	const uint8_t *ents = mn_extent_entries(call, req, len, &n);
 	int rc = 0;
 
 	if (!ents)
@@ -393,15 +406,18 @@ static void op_discard(struct mn_server *s, struct mn_conn *mc, struct rpc_call 
 		       const uint8_t *req, size_t len)
 {
 	uint32_t n = 0;
-	const uint8_t *ents = extent_entries(call, req, len, &n);
+	const uint8_t *ents = mn_extent_entries(call, req, len, &n);
 	int rc = 0;
 
 	if (!ents)
 		return reply_err(call, -EINVAL);
 	pthread_mutex_lock(&s->lock);
 	for (uint32_t i = 0; i < n; i++) {
-		int r = mn_region_discard(&s->rg, mc->vol, get_u64(ents + (size_t)i * MN_FREE_WIRE),
-					  get_u64(ents + (size_t)i * MN_FREE_WIRE + 8));
+		uint64_t off = get_u64(ents + (size_t)i * MN_FREE_WIRE);
+		uint64_t l = get_u64(ents + (size_t)i * MN_FREE_WIRE + 8);
+		/* zeroing a frozen table would be a write to it */
+		int r = mn_frozen_in(s, mc->vol, off, l) ? -EPERM
+							 : mn_region_discard(&s->rg, mc->vol, off, l);
 
 		if (r && !rc)
 			rc = r;
@@ -451,6 +467,8 @@ static void op_copy(struct mn_server *s, struct mn_conn *mc, struct rpc_call *ca
 			rc = mn_region_in_slabs(&s->rg, mc->vol, src, l);
 		if (!rc)
 			rc = mn_region_in_slabs(&s->rg, mc->vol, dst, l);
+		if (!rc && mn_frozen_in(s, mc->vol, dst, l))
+			rc = -EPERM; /* a frozen table is read-only to copies too */
 	}
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		const uint8_t *e = ents + (size_t)i * MN_COPY_WIRE;
@@ -682,6 +700,9 @@ const struct mn_op_desc mn_ops[MN_OP_MAX] = {
 	[MN_OP_SEAL] = { "seal", V | W | I, op_seal },
 	[MN_OP_PACK] = { "pack", V | W, mn_op_pack }, /* up to 4 MiB of memcpy: a worker */
 	[MN_OP_PUNCH] = { "punch", V | W | I, op_punch },
+	[MN_OP_FREEZE] = { "freeze", V | W | I, mn_op_freeze },
+	[MN_OP_THAW] = { "thaw", V | W | I, mn_op_thaw },
+	[MN_OP_GAPS] = { "gaps", V | W | I, mn_op_gaps },
 };
 #undef V
 #undef W

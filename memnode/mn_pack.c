@@ -2,7 +2,8 @@
  * page each.
  *
  * A table the writer built in its own slab space is writable by it for as
- * long as it stays there.  Large tables get a run of their own and are
+ * long as it stays there, unless frozen (mn_freeze.c, for tables that must
+ * stay: it takes no page).  Large tables get a run of their own and are
  * sealed (MN_OP_SEAL); a small one would waste most of a 1 MiB page that
  * way.  PACK copies it instead, on the node, into the volume's packed run:
  * a node extent (read-only to every client, freed with FREE_EXTENTS) that

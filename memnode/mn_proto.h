@@ -51,6 +51,9 @@ enum mn_op {
 	MN_OP_SEAL,          /* writer: a slab it filled with a table becomes read-only */
 	MN_OP_PACK,          /* writer: a small table copied into a read-only packed run */
 	MN_OP_PUNCH,         /* writer: free whole pages inside one of its slabs (split it) */
+	MN_OP_FREEZE,        /* writer: ranges of its slabs (installed tables) become read-only */
+	MN_OP_THAW,          /* writer: frozen ranges it frees become writable again */
+	MN_OP_GAPS,          /* writer: the writable gaps of a slab with frozen ranges, granted */
 	MN_OP_MAX = 64,      /* dispatch table size */
 };
 
@@ -58,6 +61,13 @@ enum mn_op {
 enum { MN_OPEN_CREATE = 1, MN_OPEN_WRITER = 2 };
 /* Flags in the OPEN reply */
 enum { MN_VOL_FILE_BACKED = 1, MN_VOL_WRITER = 2 };
+
+/* In the access byte of an extent entry (LIST_EXTENTS, GRANT): a slab of
+ * the writer that holds frozen ranges, so its grant is read-only and its
+ * writable bytes come as one grant per gap between them (MN_OP_GAPS). */
+#define MN_ACC_GAPS 0x80u
+/* Frozen ranges per slab at most (so its gaps fit one GAPS reply). */
+#define MN_FROZEN_PER_SLAB 256
 /* Extent kinds (allocation map, LIST_EXTENTS) */
 enum mn_kind { MN_KIND_FREE = 0, MN_KIND_SLAB = 1, MN_KIND_NODE = 2 };
 

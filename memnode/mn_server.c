@@ -62,13 +62,19 @@ int mn_conn_grant(struct mn_server *s, struct mn_conn *mc, uint64_t off, uint64_
 {
 	struct mn_grant *g = grant_find(mc, off);
 	unsigned acc = NET_ACCESS_REMOTE_READ;
+	bool gapped = false;
 	int rc;
 
+	/* A writer's slab holding frozen bytes (or that did, on this
+	 * connection: its gap grants may be in use) is read-only as a whole,
+	 * written through its gaps' grants (mn_freeze.c). */
 	if (kind == MN_KIND_SLAB && mc->writer)
+		gapped = mn_frozen_in(s, mc->vol, off, len) || (g && g->gapped && g->len == len);
+	if (kind == MN_KIND_SLAB && mc->writer && !gapped)
 		acc |= NET_ACCESS_REMOTE_WRITE;
-	if (g && g->len == len && g->access == acc) {
+	if (g && g->len == len && g->access == acc && g->gapped == gapped) {
 		*rkey = g->rkey;
-		*access = g->access;
+		*access = g->access | (gapped ? MN_ACC_GAPS : 0);
 		return 0;
 	}
 	if (g) { /* stale (lease changed): replace it */
@@ -86,8 +92,8 @@ int mn_conn_grant(struct mn_server *s, struct mn_conn *mc, uint64_t off, uint64_
 	rc = net_grant(rpc_sconn_net(mc->sc), conn_mr(s, mc), s->rg.base + off, len, acc, rkey);
 	if (rc)
 		return rc;
-	mc->grants[mc->ngrants++] = (struct mn_grant){ off, len, *rkey, acc };
-	*access = acc;
+	mc->grants[mc->ngrants++] = (struct mn_grant){ off, len, *rkey, acc, gapped, false };
+	*access = acc | (gapped ? MN_ACC_GAPS : 0);
 	return 0;
 }
 
@@ -97,6 +103,7 @@ void mn_revoke_all(struct mn_server *s, int v, uint64_t off)
 		struct mn_grant *g;
 		if (mc->vol != v || mc->gone || !(g = grant_find(mc, off)))
 			continue;
+		mn_gaps_revoke(s, mc, g->off, g->len);
 		net_revoke(rpc_sconn_net(mc->sc), g->rkey);
 		*g = mc->grants[--mc->ngrants];
 	}
@@ -108,6 +115,7 @@ void mn_conn_release(struct mn_server *s, struct mn_conn *mc)
 		for (size_t i = 0; i < mc->ngrants; i++)
 			net_revoke(rpc_sconn_net(mc->sc), mc->grants[i].rkey);
 	mc->ngrants = 0;
+	mn_gaps_revoke(s, mc, 0, UINT64_MAX);
 	if (mc->vol >= 0) {
 		struct mn_volstate *vs = &s->vs[mc->vol];
 		if (vs->writer == mc)
@@ -278,6 +286,7 @@ static void srv_on_free(void *user, void *conn_user)
 		}
 	pthread_mutex_unlock(&s->lock);
 	free(mc->grants);
+	free(mc->gaps);
 	free(mc);
 }
 
@@ -586,6 +595,8 @@ void mn_server_destroy(struct mn_server *s)
 	mn_compact_run_deferred(s, false); /* the jobs have ended: free what waited */
 	mn_compact_run_deferred(s, true);
 	mn_region_close(&s->rg);
+	for (int v = 0; v < MN_MAX_VOLUMES; v++)
+		dkv_rangeset_release(&s->vs[v].frozen);
 	pthread_mutex_destroy(&s->lock);
 	if (s->token_path[0]) /* unless a node started since has its own there */
 		dkv_owned_file_remove(&s->token_file, s->token_path);

@@ -82,6 +82,29 @@ static inline size_t tval(char *buf, size_t cap, unsigned tag, unsigned len)
 	return n;
 }
 
+/* Keys from..from+n-1 with 100-byte values tagged by the index; get_ok
+ * checks one. */
+static inline void put_n(eng_db *db, unsigned from, unsigned n)
+{
+	for (unsigned i = from; i < from + n; i++) {
+		char k[32], v[300];
+
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
+				     tval(v, sizeof(v), i, 100)), 0);
+	}
+}
+
+static inline void get_ok(eng_db *db, unsigned i)
+{
+	char k[32], v[300];
+	void *got;
+	size_t vl, el = tval(v, sizeof(v), i, 100);
+
+	cr_assert_eq(eng_get(db, NULL, k, tkey(k, sizeof(k), i), &got, &vl), 0, "key %u", i);
+	cr_assert(vl == el && !memcmp(got, v, vl), "key %u", i);
+	free(got);
+}
+
 /* The node's synced_bytes (STATS text: bytes it msync'ed), through a client
  * of its own. */
 static inline uint64_t node_synced(const struct tnode *n)

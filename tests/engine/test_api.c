@@ -9,27 +9,6 @@
 #include "engine/eng_int.h"
 #include "tests/engine/eng_test.h"
 
-static void put_n(eng_db *db, unsigned from, unsigned n)
-{
-	for (unsigned i = from; i < from + n; i++) {
-		char k[32], v[300];
-
-		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v,
-				     tval(v, sizeof(v), i, 100)), 0);
-	}
-}
-
-static void get_ok(eng_db *db, unsigned i)
-{
-	char k[32], v[300];
-	void *got;
-	size_t vl, el = tval(v, sizeof(v), i, 100);
-
-	cr_assert_eq(eng_get(db, NULL, k, tkey(k, sizeof(k), i), &got, &vl), 0, "key %u", i);
-	cr_assert(vl == el && !memcmp(got, v, vl), "key %u", i);
-	free(got);
-}
-
 Test(api, arguments_and_limits)
 {
 	struct tnode node;

@@ -21,6 +21,7 @@
 #include "mn_test.h"
 #include "memnode/mn_proto.h"
 #include "net/rpc.h"
+#include "mn_frozen_case.h"
 
 TestSuite(security, .timeout = 60);
 
@@ -206,6 +207,34 @@ Test(security, local_peer_of_another_uid_gets_frames_not_the_region)
 	cr_assert_eq(r1, 0, "same uid: no token, shared mapping");
 	cr_assert_eq(r2, 0, "other uid without a token");
 	cr_assert_eq(r3, 0, "other uid with the token: frames only, grants checked");
+}
+
+/* A frozen table (memnode/mn_freeze.c) holds on the local backend's copy
+ * path too: a peer of another uid, with the admin token, goes by frames,
+ * and no rkey it presents writes the table. */
+Test(security, a_local_peer_of_another_uid_cannot_write_a_frozen_table)
+{
+	char path[96], addr[112];
+	pid_t node, p;
+	int st;
+
+	snprintf(path, sizeof(path), "/tmp/dkvfs-test-frz-%d.sock", (int)getpid());
+	snprintf(addr, sizeof(addr), "unix:%s", path);
+	node = node_child(addr, path, -1, 0, 0);
+	p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0)
+		_exit(setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534)
+			      ? 1
+			      : frozen_table_holds(NET_LOCAL, addr, "admin-token") % 256);
+	cr_assert_eq(waitpid(p, &st, 0), p);
+	kill(node, SIGKILL);
+	waitpid(node, NULL, 0);
+	unlink(path);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the peer saw a frozen table written, or failed (exit %d: a line of "
+		  "tests/memnode/mn_frozen_case.h, mod 256)",
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* The mapping works both ways (docs/security.md): a client maps only a
