@@ -78,14 +78,16 @@ static void case_reaping_defers_the_fd(enum net_kind k)
  * answer is read at once and not at the parked thread's next tick (50 ms).
  * Each round parks it first: a reaper held 60 ms (past a tick, where the
  * input thread notices it), then the post, then the blocked wait on the
- * fd.  Without the wake, 20 rounds took 804 ms. */
+ * fd.  Without the wake, 20 rounds took 804 ms.  The median round is
+ * judged, not the sum: on a loaded machine a few rounds wait for the CPU
+ * (20 took 239 ms in all, beside two other sessions' builds). */
 static void case_blocked_wakes_the_input(enum net_kind k)
 {
 	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
 	int scale = e && atoi(e) > 1 ? atoi(e) : 1;
 	struct t_pair p;
 	struct t_mem sm, cm;
-	uint64_t total = 0;
+	uint64_t ms[20], total = 0;
 
 	t_pair_open(&p, k, NULL);
 	t_mem_init(&sm, p.sd, 1 * MiB, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_WRITE);
@@ -100,12 +102,20 @@ static void case_blocked_wakes_the_input(enum net_kind k)
 		net_conn_blocked(p.c, true);
 		bool ready = t_fd_ready_in(p.c, 5000);
 		net_conn_blocked(p.c, false);
-		total += dkv_mono_ns() - t0;
+		ms[i - 1] = (dkv_mono_ns() - t0) / 1000000;
+		total += ms[i - 1];
 		cr_assert(ready, "round %llu: no completion within 5 s", (unsigned long long)i);
 		cr_assert_eq(t_wait1(p.c, 5000).wr_id, i);
 	}
-	cr_assert_lt(total / 1000000, 150u * (unsigned)scale,
-		     "20 blocked waits took %llu ms: the input thread was not woken",
-		     (unsigned long long)(total / 1000000));
+	for (int i = 1; i < 20; i++) /* sort: the median */
+		for (int j = i; j > 0 && ms[j - 1] > ms[j]; j--) {
+			uint64_t x = ms[j];
+			ms[j] = ms[j - 1];
+			ms[j - 1] = x;
+		}
+	cr_assert_lt(ms[10], 10u * (unsigned)scale,
+		     "the median of 20 blocked waits took %llu ms (%llu ms in all): the input "
+		     "thread was not woken",
+		     (unsigned long long)ms[10], (unsigned long long)total);
 	t_pair_end(&p, &sm, &cm);
 }
