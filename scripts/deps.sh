@@ -6,7 +6,8 @@
 set -euo pipefail
 
 PKGS=(build-essential pkg-config libfuse3-dev fuse3 libibverbs-dev librdmacm-dev
-      libcriterion-dev librocksdb-dev rsync git curl clang libclang-rt-14-dev "$@")
+      libcriterion-dev librocksdb-dev rsync git curl clang libclang-rt-14-dev
+      procps "$@")
 
 missing=()
 for p in "${PKGS[@]}"; do
