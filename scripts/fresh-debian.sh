@@ -22,6 +22,7 @@ mirror=${MIRROR:-http://deb.debian.org/debian}
 binds=()
 cleanup() {
 	local i
+	grep -q " $root/root/kv " /proc/mounts && umount -l "$root/root/kv"
 	for ((i = ${#binds[@]} - 1; i >= 0; i--)); do
 		umount -l "${binds[$i]}" 2>/dev/null || true
 	done
@@ -59,7 +60,7 @@ if ! in_root 'cd /root/dkvfs && make mount MNT=/root/kv' > "$root.mount.log" 2>&
 	echo "fresh-debian: FAIL make mount (see $root.mount.log)"; exit 1
 fi
 if ! in_root 'cd /root/kv && mkdir -p a/b && cp -r /usr/share/doc/git a/b/ && echo hi > x &&
-	      test "$(cat x)" = hi && diff -r /usr/share/doc/git a/b/git && cd / &&
+	      test "$(cat x)" = hi && diff -r --no-dereference /usr/share/doc/git a/b/git && cd / &&
 	      fusermount3 -u /root/kv && cd /root/dkvfs && make mount MNT=/root/kv >/dev/null &&
 	      test "$(cat /root/kv/x)" = hi && fusermount3 -u /root/kv' >> "$root.mount.log" 2>&1; then
 	echo "fresh-debian: FAIL using the mount (see $root.mount.log)"; exit 1
