@@ -12,9 +12,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/err.h"
+#include "engine/compaction_int.h"
 #include "engine/eng.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
@@ -57,6 +59,48 @@ static inline int open_retry(const struct eng_options *o, eng_db **db)
 		r = eng_open(o, db);
 	}
 	return r;
+}
+
+/* eng_compact_all with a deadline.  eng_compact_all waits without end, so
+ * a compaction that never converges (a picker that leaves a table behind
+ * picks the same level again and again) hung the test to Criterion's
+ * timeout, naming nothing.  This waits at most secs (times the time scale)
+ * and then fails the test saying what did not happen; otherwise it returns
+ * what eng_compact_all returns (-ETIMEDOUT too, when a node operation timed
+ * out before the deadline). */
+#define COMPACT_ALL_S 20 /* the slowest in a plain run takes ~0.2 s */
+static inline int compact_all_by(eng_db *db, int secs)
+{
+	struct eng_stats st = { 0 };
+	struct timespec t0, t1;
+	int s = secs * test_time_scale(), r;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = eng_compaction_all(db, s * 1000);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (r != -ETIMEDOUT || t1.tv_sec - t0.tv_sec < s - 1)
+		return r;
+	eng_stats(db, &st);
+	cr_assert_fail("compaction made no progress in %d s: eng_compact_all did not merge every "
+		       "level down (%llu compactions ran; tables in L0..L6: %llu %llu %llu %llu "
+		       "%llu %llu %llu)",
+		       s, (unsigned long long)st.compactions,
+		       (unsigned long long)st.tables_per_level[0],
+		       (unsigned long long)st.tables_per_level[1],
+		       (unsigned long long)st.tables_per_level[2],
+		       (unsigned long long)st.tables_per_level[3],
+		       (unsigned long long)st.tables_per_level[4],
+		       (unsigned long long)st.tables_per_level[5],
+		       (unsigned long long)st.tables_per_level[6]);
+	return r;
+}
+
+/* compact_all_by within COMPACT_ALL_S, which must succeed. */
+static inline void compact_all_ok(eng_db *db)
+{
+	int r = compact_all_by(db, COMPACT_ALL_S);
+
+	cr_assert_eq(r, 0, "eng_compact_all: %s", dkv_strerror(r));
 }
 
 /* Deterministic key for index i: unique fixed-width prefix (order = i) plus a

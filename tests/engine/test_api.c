@@ -458,7 +458,7 @@ Test(api, flushed_table_is_sealed_read_only)
 	cr_assert_eq(mn_write(db->mc, t_off, val, 64), -DKV_E_GRANT, "after a reopen too");
 	big_ok(db, 97);
 	/* Merged away by a compaction, and everything still reads. */
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	for (int l = 0; l < ENG_LEVELS; l++)
 		for (size_t i = 0; i < db->current->nfiles[l]; i++)
 			cr_assert_neq(db->current->files[l][i]->number, t_number);
@@ -528,7 +528,7 @@ Test(api, small_tables_are_packed_read_only)
 	cr_assert_eq(ns.used_node - ns0.used_node, 1u << 20, "one page holds them");
 	/* Merged away, but the node may still fill that run: kept, until a
 	 * table that does not fit moves PACK on to a new run. */
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	drain(db);
 	cr_assert_eq(db->npruns, 1);
 	cr_assert_eq(db->pruns[0].live, 0);
@@ -552,7 +552,7 @@ Test(api, small_tables_are_packed_read_only)
 	get_ok(db, 10999);
 	/* Merged away after the open (the node forgot its packed run when it
 	 * granted the lease): the run goes with its last table. */
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	drain(db);
 	cr_assert_eq(db->npruns, 0);
 	cr_assert(!listed(db, run_off), "the emptied run was freed");

@@ -204,7 +204,7 @@ static void model_run(enum eng_compaction_mode mode, uint64_t seed, uint64_t tab
 	cr_assert_gt(st.compaction_bytes_written, 0);
 	cr_assert_gt(st.compaction_net_bytes, 0);
 	/* Everything down to one level, snapshots still reading their view. */
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	for (int sl = 0; sl < NSNAP; sl++)
 		if (snap[sl])
 			check_all(db, snap[sl], sm[sl]);
@@ -270,13 +270,13 @@ Test(compaction, snapshot_and_tombstones, .timeout = 60)
 				now[i] = (struct mslot){ true, t };
 			}
 		}
-		cr_assert_eq(eng_compact_all(db), 0);
+		compact_all_ok(db);
 		check_all(db, snap, v1);
 		check_all(db, NULL, now);
 	}
 	eng_snapshot_release(db, snap);
 	/* Now the old versions and the tombstones can go. */
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	check_all(db, NULL, now);
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_eq(st.tables_per_level[0], 0);
@@ -286,7 +286,7 @@ Test(compaction, snapshot_and_tombstones, .timeout = 60)
 		cr_assert_eq(del_key(db, i), 0);
 		now[i].present = false;
 	}
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	check_all(db, NULL, now);
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_eq(st.tables, 0, "%llu tables left after deleting everything",
@@ -372,7 +372,7 @@ Test(compaction, no_tombstone_rewrite_at_the_bottom_while_a_snapshot_lives, .tim
 		cr_assert_eq(put_tag(db, k, k + 1, false), 0);
 		v1[k] = (struct mslot){ true, k + 1 };
 	}
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	memcpy(now, v1, sizeof(now));
 	snap = eng_snapshot_create(db);
 	for (unsigned k = 0; k < NK; k += 2) {
@@ -424,7 +424,7 @@ Test(compaction, a_table_a_quarter_tombstones_is_merged_down, .timeout = 60)
 		cr_assert_eq(put_tag(db, k, k + 1, false), 0);
 		now[k] = (struct mslot){ true, k + 1 };
 	}
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_eq(st.tables_per_level[0], 0);
 	/* 60 deletes of old keys, 180 puts of new ones: 25 % tombstones. */
@@ -504,7 +504,7 @@ Test(compaction, compute_outputs_are_synced_on_a_file_backed_node, .timeout = 60
 	for (unsigned n = 0; n < 3000; n++)
 		cr_assert_eq(put_tag(db, n % NK, n + 1, false), 0);
 	cr_assert_eq(eng_flush(db), 0);
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	/* Stats first: a table is counted only after its sync, so whatever
 	 * they count the node has seen synced by the time it is asked. */
 	cr_assert_eq(eng_stats(db, &st1), 0);
@@ -553,7 +553,7 @@ Test(compaction, compute_outputs_are_sealed_read_only, .timeout = 60)
 	}
 	cr_assert_eq(eng_flush(db), 0);
 	cr_assert_eq(eng_stats(db, &st0), 0);
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	cr_assert_eq(eng_stats(db, &st1), 0);
 	pthread_mutex_lock(&db->mu);
 	for (int l = 1; l < ENG_LEVELS; l++)
@@ -624,7 +624,7 @@ Test(compaction, node_space_tracks_live_data, .timeout = 120)
 			present[i] = true;
 		}
 	}
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	for (unsigned i = 0; i < KEYS; i++) {
 		char k[32];
 
@@ -769,7 +769,7 @@ Test(compaction, client_killed_mid_compaction, .timeout = 120)
 	/* Orphaned outputs were reclaimed: a full compaction leaves the node
 	 * holding about the live data (NK small values) plus slabs. */
 	cr_assert_eq(open_retry(&o, &db), 0);
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	{
 		struct eng_stats st;
 
@@ -819,7 +819,7 @@ Test(compaction, node_killed_mid_compaction, .timeout = 120)
 		cr_assert_eq(r, 0, "reopen after the node restart: %s", dkv_strerror(r));
 		check_ops(db, &os);
 	}
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	check_ops(db, &os);
 	{
 		struct eng_stats st;

@@ -120,7 +120,7 @@ Test(enospc, deleting_frees_space_again, .timeout = 90)
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		r = eng_compact_all(db);
+		r = compact_all_by(db, COMPACT_ALL_S);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (r != -ENOSPC || t1.tv_sec - t0.tv_sec >= 30 * test_time_scale())
 			break;
@@ -344,9 +344,24 @@ Test(enospc, small_values_leave_room_for_deletes_compute, .timeout = 90)
 	small_values_leave_room_for_deletes(ENG_COMPACTION_COMPUTE);
 }
 
+/* eng_compact_all on a thread of its own, bounded like compact_all_by (a
+ * Criterion assertion belongs on the test's thread: compact_all_joined
+ * makes it there). */
 static void *compact_all_thread(void *arg)
 {
-	return (void *)(intptr_t)eng_compact_all(arg);
+	return (void *)(intptr_t)eng_compaction_all(arg, COMPACT_ALL_S * 1000 * test_time_scale());
+}
+
+static int compact_all_joined(pthread_t th)
+{
+	void *res;
+	int r;
+
+	cr_assert_eq(pthread_join(th, &res), 0);
+	r = (int)(intptr_t)res;
+	cr_assert_neq(r, -ETIMEDOUT, "compaction made no progress in %d s: eng_compact_all "
+		      "on its thread did not merge every level down", COMPACT_ALL_S * test_time_scale());
+	return r;
 }
 
 /* A compaction on a full node holds its outputs until it installs or fails
@@ -366,7 +381,6 @@ Test(enospc, a_held_compaction_leaves_flushes_room_compute, .timeout = 120)
 	unsigned n = 0;
 	eng_db *db;
 	pthread_t th;
-	void *res;
 	uint64_t end;
 	int r;
 
@@ -388,8 +402,7 @@ Test(enospc, a_held_compaction_leaves_flushes_room_compute, .timeout = 120)
 	}
 	r = eng_flush(db);
 	cr_assert_eq(r, 0, "flush of the deletes beside a held compaction: %s", dkv_strerror(r));
-	cr_assert_eq(pthread_join(th, &res), 0);
-	r = (int)(intptr_t)res;
+	r = compact_all_joined(th);
 	cr_assert(r == 0 || r == -ENOSPC, "compact_all: %s", dkv_strerror(r));
 	for (unsigned i = 0; i < n; i++) {
 		char k[32];
@@ -789,7 +802,6 @@ static void outputs_leave_half_the_reserve(uint64_t target)
 	uint64_t end, fr;
 	unsigned ns;
 	pthread_t th;
-	void *res;
 	eng_db *db;
 	int r;
 
@@ -821,8 +833,7 @@ static void outputs_leave_half_the_reserve(uint64_t target)
 		     "no compaction ran within 60 s");
 	cr_assert_eq(mn_stats(c, &st), 0);
 	fr = st.capacity > st.used ? st.capacity - st.used : 0;
-	cr_assert_eq(pthread_join(th, &res), 0);
-	r = (int)(intptr_t)res;
+	r = compact_all_joined(th);
 	cr_assert(r == 0 || r == -ENOSPC, "compact_all: %s", dkv_strerror(r));
 	cr_assert_geq(fr, db->reserve / 2,
 		      "a held compaction left %llu KiB of the node free, under half the %llu KiB "

@@ -83,7 +83,7 @@ Test(frozen, small_tables_with_pack_tables_off_are_frozen_read_only)
 	for (unsigned i = 0; i < 300; i += 7)
 		get_ok(db, i);
 	/* compacted away: the space is thawed, and ours to write again */
-	cr_assert_eq(eng_compact_all(db), 0);
+	compact_all_ok(db);
 	drain(db);
 	cr_assert(eng_alloc_owns(db->alloc, off), "the slab went back to the node");
 	cr_assert_eq(mn_write(db->mc, off, "x", 1), 0, "freed table space stays frozen");
@@ -175,7 +175,7 @@ Test(frozen, a_full_node_freezes_what_it_cannot_pack_and_heals)
 		cr_assert(r == 0 || r == -ENOSPC, "delete: %s", dkv_strerror(r));
 	}
 	cr_assert_eq(eng_flush(db), 0);
-	r = eng_compact_all(db);
+	r = compact_all_by(db, COMPACT_ALL_S);
 	cr_assert(r == 0 || r == -ENOSPC, "compact_all: %s", dkv_strerror(r));
 	slab_tables_refuse_writes(db);
 	for (unsigned i = 0; i < 200; i++) {
