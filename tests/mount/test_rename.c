@@ -5,15 +5,20 @@
  * that the result is the whole tree under the new name, that a kill -9
  * between steps leaves the old tree or (after the next mount) the new one,
  * never a mix, and that an exchange over the bound swaps both trees whole,
- * also across a kill. */
+ * also across a kill.  Then the daemon's own checks of RENAME_NOREPLACE and
+ * RENAME_EXCHANGE, which the kernel never lets a rename reach: this process
+ * speaks FUSE to the daemon itself (below). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/fuse.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,4 +197,165 @@ Test(rename, exchange_killed_in_the_first_move_finishes_at_mount)
 Test(rename, exchange_killed_in_the_last_move_finishes_at_mount)
 {
 	exchange_case(20);
+}
+
+/* ------------------------------------------------------------------ the
+ * daemon's own checks.  For RENAME_NOREPLACE the kernel looks the target up
+ * (a FUSE LOOKUP, also after `echo 2 > /proc/sys/vm/drop_caches`, also over
+ * a cached negative entry: a rename target is always revalidated) and
+ * answers EEXIST itself; for RENAME_EXCHANGE it answers ENOENT itself when
+ * the target is missing.  strace of the daemon shows no RENAME2 request in
+ * either case, so the daemon's own checks (fs/fs_rename.c), which guard the
+ * volume against a stale kernel view, are reached by no test through the
+ * kernel.  Here the test is the kernel: the daemon serves /dev/fd/N (libfuse
+ * takes an open FUSE channel so), one end of a socket pair whose other end
+ * this process speaks the FUSE protocol on, and it sends RENAME2 straight
+ * to the daemon. */
+struct raw {
+	pid_t pid;
+	int fd;
+	uint64_t unique;
+};
+
+/* One request (header + body + up to two names), its reply's error. */
+static int raw_call(struct raw *r, uint32_t op, uint64_t node, const void *body, size_t blen,
+		    const char *n1, const char *n2)
+{
+	uint8_t msg[512], rep[4096];
+	struct fuse_in_header in = { .opcode = op, .unique = ++r->unique, .nodeid = node,
+				     .pid = (uint32_t)getpid() };
+	struct fuse_out_header out;
+	struct pollfd p = { .fd = r->fd, .events = POLLIN };
+	size_t len = sizeof(in);
+	ssize_t n;
+
+	memcpy(msg + len, body, blen);
+	len += blen;
+	for (const char *s = n1; s; s = s == n1 ? n2 : NULL) {
+		memcpy(msg + len, s, strlen(s) + 1);
+		len += strlen(s) + 1;
+	}
+	in.len = (uint32_t)len;
+	memcpy(msg, &in, sizeof(in));
+	cr_assert_eq(write(r->fd, msg, len), (ssize_t)len);
+	cr_assert_eq(poll(&p, 1, op_timeout_ms(30000)), 1, "the daemon did not answer request %u",
+		     op);
+	n = read(r->fd, rep, sizeof(rep));
+	cr_assert_geq(n, (ssize_t)sizeof(out), "short reply to request %u", op);
+	memcpy(&out, rep, sizeof(out));
+	cr_assert_eq(out.unique, r->unique);
+	return out.error;
+}
+
+/* The daemon on the volume in T/data, served over a socket pair (INIT done). */
+static void raw_start(struct raw *r)
+{
+	int sv[2];
+	struct fuse_init_in init = { .major = FUSE_KERNEL_VERSION,
+				     /* 13: libfuse reads the channel with read(),
+				      * not splice(), below minor 14 */
+				     .minor = 13, .max_readahead = 1u << 20 };
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	r->unique = 0;
+	r->pid = fork();
+	cr_assert_geq(r->pid, 0);
+	if (r->pid == 0) {
+		char bin[PATH_MAX + 16], o[PATH_MAX * 2 + 96], dev[32], lg[PATH_MAX + 16];
+
+		close(sv[0]);
+		snprintf(bin, sizeof(bin), "%s/dkvfs", B);
+		snprintf(o, sizeof(o), "data_dir=%s/data,memnode_size=512M,op_timeout=%d,"
+			 "log_file=%s/data/dkvfs.log", T, op_timeout_ms(3000), T);
+		snprintf(dev, sizeof(dev), "/dev/fd/%d", sv[1]);
+		snprintf(lg, sizeof(lg), "%s/raw.log", T);
+		if (!freopen(lg, "a", stderr))
+			_exit(126);
+		execl(bin, "dkvfs", "-f", "-o", o, dev, (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	r->fd = sv[0];
+	cr_assert_eq(raw_call(r, FUSE_INIT, 0, &init, sizeof(init), NULL, NULL), 0,
+		     "INIT refused (T/raw.log says why)");
+}
+
+/* SIGTERM (libfuse's handler ends the loop cleanly), bounded wait. */
+static void raw_stop(struct raw *r)
+{
+	int st = 0;
+	pid_t w = 0;
+
+	kill(r->pid, SIGTERM);
+	for (int i = 0; i < 300 * op_timeout_ms(1) && w == 0; i++) {
+		w = waitpid(r->pid, &st, WNOHANG);
+		if (w == 0)
+			usleep(100000);
+	}
+	if (w == 0) {
+		kill(r->pid, SIGKILL);
+		waitpid(r->pid, NULL, 0);
+	}
+	close(r->fd);
+	cr_assert_eq(w, r->pid, "the daemon did not stop within 30 s of SIGTERM");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon stopped with status %d", st);
+	cr_assert_eq(sh("timeout 30 flock %s/data/lock true", T), 0);
+}
+
+/* RENAME2 of /from to /to (both in the root) with flags: its error. */
+static int raw_rename(struct raw *r, const char *from, const char *to, uint32_t flags)
+{
+	struct fuse_rename2_in a = { .newdir = FUSE_ROOT_ID, .flags = flags };
+
+	return raw_call(r, FUSE_RENAME2, FUSE_ROOT_ID, &a, sizeof(a), from, to);
+}
+
+static bool holds(const char *name, const char *text)
+{
+	return sh("test \"$(cat %s/%s)\" = %s", MNT, name, text) == 0;
+}
+
+/* /a holding "aaa" and /b "bbb", made through a mount; then the daemon
+ * served over a socket pair. */
+static void two_files_served_raw(struct raw *r)
+{
+	cr_assert_eq(up(NULL), 0);
+	cr_assert_eq(sh("echo aaa > %s/a && echo bbb > %s/b", MNT, MNT), 0);
+	down();
+	raw_start(r);
+}
+
+Test(rename, the_daemon_refuses_noreplace_over_an_existing_name)
+{
+	struct raw r;
+
+	two_files_served_raw(&r);
+	cr_assert_eq(raw_rename(&r, "a", "b", RENAME_NOREPLACE), -EEXIST,
+		     "RENAME_NOREPLACE over an existing name was not refused by the daemon");
+	/* and a free target is taken as usual */
+	cr_assert_eq(raw_rename(&r, "a", "c", RENAME_NOREPLACE), 0);
+	raw_stop(&r);
+	cr_assert_eq(up(NULL), 0);
+	cr_assert(holds("b", "bbb"), "the target's contents changed");
+	cr_assert(holds("c", "aaa"), "the source's contents did not move to the free name");
+	cr_assert_neq(sh("test -e %s/a", MNT), 0, "the moved name is still there");
+	down();
+}
+
+Test(rename, the_daemon_exchanges_only_two_existing_names)
+{
+	struct raw r;
+
+	two_files_served_raw(&r);
+	cr_assert_eq(raw_rename(&r, "a", "missing", RENAME_EXCHANGE), -ENOENT,
+		     "RENAME_EXCHANGE with a missing target was not refused by the daemon");
+	cr_assert_eq(raw_rename(&r, "a", "b", RENAME_NOREPLACE | RENAME_EXCHANGE), -EINVAL);
+	cr_assert_eq(raw_rename(&r, "a", "b", RENAME_EXCHANGE), 0);
+	raw_stop(&r);
+	cr_assert_eq(up(NULL), 0);
+	cr_assert(holds("a", "bbb") && holds("b", "aaa"), "the exchange did not swap a and b");
+	cr_assert_neq(sh("test -e %s/missing", MNT), 0, "the refused exchange made a name");
+	cr_assert_eq(sh("test \"$(ls -A %s)\" = \"$(printf 'a\\nb')\"", MNT), 0,
+		     "the root holds more than a and b");
+	down();
 }
