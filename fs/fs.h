@@ -64,6 +64,9 @@ struct fs_opts {
 	enum fs_atime atime;     /* when reads stamp atime, default FS_ATIME_RELATIME */
 	size_t rename_batch_bytes; /* keys + values one rename batch may hold; a larger
 				    * directory moves in steps (default 16 MiB) */
+	bool compaction_off;     /* the engine merges nothing (-o compaction=off): a
+				  * "compact" written to /.dkvfs/compact is refused with
+				  * EOPNOTSUPP instead of doing nothing (default false) */
 };
 void fs_opts_init(struct fs_opts *o);
 

@@ -703,6 +703,14 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
 				 "(dkvfs-ctl compact MOUNTPOINT does)");
 			return -EINVAL;
 		}
+		if (fs->opts.compaction_off) {
+			/* merging nothing and answering "done" would tell
+			 * dkvfs-ctl compact it worked */
+			dkv_warn("refused a compaction asked through .dkvfs/compact: compaction is "
+				 "off on this mount (-o compaction=off); remount without it to "
+				 "compact");
+			return -EOPNOTSUPP;
+		}
 		dkv_info("compacting the volume (asked through .dkvfs/compact)");
 		int rc = fs_kv_compact(fs->kv);
 		if (rc)

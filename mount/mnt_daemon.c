@@ -670,6 +670,7 @@ int mnt_main(int argc, char **argv)
 		fo.rename_batch_bytes = m->o.rename_batch;
 	fo.sync_on_close = m->o.sync_on_close;
 	fo.implicit_dirs = m->o.implicit_dirs;
+	fo.compaction_off = m->o.compaction && !strcmp(m->o.compaction, "off");
 	fo.writeback_cache = m->o.writeback_cache;
 	if (!m->o.atime || !strcmp(m->o.atime, "relatime")) {
 		fo.atime = FS_ATIME_RELATIME;

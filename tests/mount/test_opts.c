@@ -250,15 +250,28 @@ Test(opts, compaction_chooses_where_tables_merge, .init = mt_setup, .fini = mt_t
 	const char *mode[] = { "compaction=memnode", "compaction=compute", "compaction=off" };
 
 	for (int m = 0; m < 3; m++) {
+		char err[512] = "";
+
 		cr_assert_eq(up(mode[m]), 0, "%s", mode[m]);
-		cr_assert_eq(sh("for i in $(seq 1 300); do echo $i > %s/f$i; done && "
-				"%s/dkvfs-ctl compact %s >/dev/null", MNT, B, MNT),
-			     0, "%s", mode[m]);
+		cr_assert_eq(sh("for i in $(seq 1 300); do echo $i > %s/f$i; done", MNT), 0);
+		int st = sh("%s/dkvfs-ctl compact %s >/dev/null 2>%s/ctl.err", B, MNT, T);
+		sh_out(err, sizeof(err), "cat %s/ctl.err", T);
 		long long n = mt_stat("compactions"), rd = mt_stat("compaction_bytes_read"),
 			  net = mt_stat("compaction_net_bytes");
 		if (m == 2) {
+			/* merging nothing is not a success: a non-zero exit and
+			 * one line saying why and what to do */
+			cr_assert_neq(st, 0, "dkvfs-ctl compact of a compaction=off mount exited 0");
+			char want[PATH_MAX + 128];
+			snprintf(want, sizeof(want), "dkvfs-ctl: compact %s: compaction is off on "
+				 "this mount (-o compaction=off); remount without it to compact", MNT);
+			cr_assert_str_eq(err, want);
+			cr_assert_eq(sh("grep -q 'refused a compaction asked through .dkvfs/compact: "
+					"compaction is off on this mount' %s/data/dkvfs.log", T),
+				     0, "the mount's log does not say why it refused");
 			cr_assert_eq(n, 0, "compaction=off compacted");
 		} else {
+			cr_assert_eq(st, 0, "%s: dkvfs-ctl compact: %s", mode[m], err);
 			cr_assert_gt(n, 0, "%s: no compaction", mode[m]);
 			if (m == 0)
 				cr_assert_lt(net * 4, rd, "compaction=memnode moved %lld bytes over the "

@@ -215,8 +215,12 @@ static int mount_compact(const char *mnt)
 		return 1;
 	}
 	if (write(fd, "compact\n", 8) != 8) {
-		fprintf(stderr, "dkvfs-ctl: compact %s: %s (the mount's log says more)\n", mnt,
-			strerror(errno));
+		if (errno == EOPNOTSUPP) /* the only reason the mount gives it */
+			fprintf(stderr, "dkvfs-ctl: compact %s: compaction is off on this mount "
+				"(-o compaction=off); remount without it to compact\n", mnt);
+		else
+			fprintf(stderr, "dkvfs-ctl: compact %s: %s (the mount's log says more)\n",
+				mnt, strerror(errno));
 		rc = 1;
 	}
 	close(fd);
