@@ -107,6 +107,14 @@ bool dkv_rangeset_overlaps(const struct dkv_rangeset *s, uint64_t off, uint64_t 
 	return len && i < s->n && s->v[i].off < off + len;
 }
 
+bool dkv_rangeset_splits(const struct dkv_rangeset *s, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len < off ? UINT64_MAX : off + len;
+	size_t i = first_after(s, off);
+
+	return len && i < s->n && s->v[i].off < off && s->v[i].off + s->v[i].len > end;
+}
+
 size_t dkv_rangeset_count_in(const struct dkv_rangeset *s, uint64_t off, uint64_t len)
 {
 	size_t n = 0;

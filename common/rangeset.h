@@ -30,6 +30,9 @@ int dkv_rangeset_add(struct dkv_rangeset *s, uint64_t off, uint64_t len);
 /* Remove [off, off+len).  0, or -ENOMEM only when a range splits in two
  * (the set is then unchanged). */
 int dkv_rangeset_sub(struct dkv_rangeset *s, uint64_t off, uint64_t len);
+/* Would removing [off, off+len) split a range in two (bytes of it left on
+ * both sides), so the set grows by one? */
+bool dkv_rangeset_splits(const struct dkv_rangeset *s, uint64_t off, uint64_t len);
 bool dkv_rangeset_overlaps(const struct dkv_rangeset *s, uint64_t off, uint64_t len);
 /* How many ranges of s overlap [off, off+len). */
 size_t dkv_rangeset_count_in(const struct dkv_rangeset *s, uint64_t off, uint64_t len);

@@ -231,21 +231,53 @@ void mn_op_freeze(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call
 	rpc_reply(call, rc, NULL, 0);
 }
 
+/* How many ranges of this request, before entry i, split a frozen range of
+ * the slab [so, so+sl) (each adds one range). */
+static size_t splits_before(const struct dkv_rangeset *fz, const uint8_t *ents, uint32_t i,
+			    uint64_t so, uint64_t sl)
+{
+	size_t k = 0;
+
+	for (uint32_t j = 0; j < i; j++) {
+		uint64_t off = get_u64(ents + (size_t)j * MN_FREE_WIRE);
+
+		k += off - so < sl &&
+		     dkv_rangeset_splits(fz, off, get_u64(ents + (size_t)j * MN_FREE_WIRE + 8));
+	}
+	return k;
+}
+
 /* Request: FREE_EXTENTS' format, each range in the volume's slabs; parts
- * of them not frozen are fine.  Revokes nothing (see the top). */
+ * of them not frozen are fine.  Revokes nothing (see the top).  A range in
+ * the middle of a frozen one splits it: -ENOSPC (nothing thawed) when that
+ * would leave a slab over MN_FROZEN_PER_SLAB ranges, so that a slab's gaps
+ * always fit one GAPS reply (the writer keeps that space until its next
+ * open, which freezes only live tables). */
 void mn_op_thaw(struct mn_server *s, struct mn_conn *mc, struct rpc_call *call,
 		const uint8_t *req, size_t len)
 {
 	uint32_t n = 0;
 	const uint8_t *ents = mn_extent_entries(call, req, len, &n);
+	struct dkv_rangeset *fz;
 	int rc = 0;
 
 	if (!ents)
 		return rpc_reply(call, -EINVAL, NULL, 0);
 	pthread_mutex_lock(&s->lock);
-	for (uint32_t i = 0; i < n && !rc; i++)
-		rc = mn_region_in_slabs(&s->rg, mc->vol, get_u64(ents + (size_t)i * MN_FREE_WIRE),
-					get_u64(ents + (size_t)i * MN_FREE_WIRE + 8));
+	fz = &s->vs[mc->vol].frozen;
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		uint64_t off = get_u64(ents + (size_t)i * MN_FREE_WIRE);
+		uint64_t l = get_u64(ents + (size_t)i * MN_FREE_WIRE + 8), so = 0, sl = 0;
+		enum mn_kind kind = MN_KIND_FREE;
+
+		rc = mn_region_in_slabs(&s->rg, mc->vol, off, l);
+		if (rc || !dkv_rangeset_splits(fz, off, l))
+			continue;
+		rc = mn_run_at(&s->rg, mc->vol, off, &so, &sl, &kind);
+		if (!rc && dkv_rangeset_count_in(fz, so, sl) + splits_before(fz, ents, i, so, sl) >=
+				   MN_FROZEN_PER_SLAB)
+			rc = -ENOSPC;
+	}
 	for (uint32_t i = 0; i < n && !rc; i++)
 		rc = dkv_rangeset_sub(&s->vs[mc->vol].frozen,
 				      get_u64(ents + (size_t)i * MN_FREE_WIRE),

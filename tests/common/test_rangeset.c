@@ -50,7 +50,15 @@ Test(rangeset, matches_a_byte_map_over_random_adds_and_subtractions)
 			cr_assert_eq(dkv_rangeset_add(&s, off, len), 0);
 			memset(map + off, 1, len);
 		} else {
+			/* a split: the bytes on both sides and all between are in */
+			bool split = off > 0 && off + len < SPACE && map[off - 1] && map[off + len];
+			size_t n0 = s.n;
+
+			for (uint64_t b = off; split && b < off + len; b++)
+				split = map[b];
+			cr_assert_eq(dkv_rangeset_splits(&s, off, len), split, "op %d", op);
 			cr_assert_eq(dkv_rangeset_sub(&s, off, len), 0);
+			cr_assert(!split || s.n == n0 + 1, "op %d: a split left %zu ranges of %zu", op, s.n, n0);
 			memset(map + off, 0, len);
 		}
 		check(&s, map);

@@ -112,3 +112,37 @@ Test(freeze, frozen_ranges_per_slab_are_bounded)
 	mn_client_close(c);
 	mn_server_destroy(s);
 }
+
+/* THAW of the middle of a frozen range splits it: refused (nothing thawed)
+ * when the slab would go past MN_FROZEN_PER_SLAB ranges, so its gaps always
+ * fit one GAPS reply; taken once a range is gone. */
+Test(freeze, a_thaw_that_splits_keeps_the_bound)
+{
+	struct mn_server *s = mt_server(16 << 20, NULL);
+	struct mn_client *c;
+	struct mn_extent e, t, mid, first;
+
+	cr_assert_eq(mt_open(mn_server_addr(s), "v", true, NULL, 3000, &c), 0);
+	cr_assert_eq(mn_alloc_slab(c, 1u << 20, &e), 0);
+	for (unsigned i = 0; i + 1 < MN_FROZEN_PER_SLAB; i++) {
+		t = (struct mn_extent){ e.off + 2 * 64 * (uint64_t)i, 64 };
+		cr_assert_eq(mn_freeze(c, &t, 1), 0, "range %u", i);
+	}
+	/* the last one is three tables side by side: one range */
+	t = (struct mn_extent){ e.off + 2 * 64 * (uint64_t)(MN_FROZEN_PER_SLAB - 1), 3 * 64 };
+	cr_assert_eq(mn_freeze(c, &t, 1), 0);
+	mid = (struct mn_extent){ t.off + 64, 64 };
+	first = (struct mn_extent){ e.off, 64 };
+	cr_assert_eq(mn_thaw(c, &mid, 1), -ENOSPC, "a split past the bound was taken");
+	cr_assert_eq(mn_write(c, mid.off, "x", 1), -DKV_E_GRANT, "a refused THAW thawed");
+	struct mn_extent both[2] = { first, mid }; /* one range gone, then the split */
+	cr_assert_eq(mn_thaw(c, both, 2), -ENOSPC, "a range the same request thaws is not counted off first (nothing is thawed half)");
+	cr_assert_eq(mn_thaw(c, &first, 1), 0);
+	cr_assert_eq(mn_thaw(c, &mid, 1), 0, "a split within the bound was refused");
+	cr_assert_eq(mn_write(c, mid.off, "x", 1), 0);
+	cr_assert_eq(mn_write(c, t.off, "x", 1), -DKV_E_GRANT, "the split's left part");
+	cr_assert_eq(mn_write(c, t.off + 2 * 64, "x", 1), -DKV_E_GRANT, "the split's right part");
+	cr_assert_eq(mn_write(c, e.off + 64, "x", 1), 0, "a gap");
+	mn_client_close(c);
+	mn_server_destroy(s);
+}
