@@ -60,6 +60,7 @@ struct emu_id {
 	struct emu_link *link;
 	uint8_t ack_timeout; /* RDMA_OPTION_ID_ACK_TIMEOUT, 0: not set */
 	uint8_t retry_count, peer_rnr_retry;
+	uint8_t req_init_depth; /* passive: the initiator depth the REQ asked */
 };
 
 static struct emu_id *emu_id_of(struct rdma_cm_id *id)
@@ -353,6 +354,7 @@ static void *emu_listen_main(void *arg)
 		c->state = EMU_REQUESTED;
 		c->retry_count = (uint8_t)(h.rkey & 7);
 		c->peer_rnr_retry = (uint8_t)(h.imm & 7);
+		c->req_init_depth = h.init_depth;
 		cpub->verbs = &emu_ctx;
 		cpub->port_num = 1;
 		cpub->route.addr.src_storage = l->pub.route.addr.src_storage;
@@ -506,6 +508,18 @@ static void emu_qp_state(struct rdma_cm_id *pub, enum ibv_qp_state st)
 	pthread_mutex_unlock(&qp->lock);
 }
 
+/* The QP's responder resources, as librdmacm programs them: the value given,
+ * or with RDMA_MAX_RESP_RES (or no param, on accept) the peer's initiator
+ * depth, at most the device's. */
+static void emu_qp_resp_res(struct rdma_cm_id *pub, const struct rdma_conn_param *p,
+			    uint8_t peer_init_depth)
+{
+	unsigned r = p && p->responder_resources != RDMA_MAX_RESP_RES ? p->responder_resources
+								      : peer_init_depth;
+
+	((struct emu_qp *)pub->qp)->max_dest_rd = (uint8_t)(r < EMU_MAX_RD_ATOM ? r : EMU_MAX_RD_ATOM);
+}
+
 static int emu_pad(uint8_t *dst, size_t cap, const struct rdma_conn_param *p)
 {
 	memset(dst, 0, cap);
@@ -535,6 +549,7 @@ int rdma_connect(struct rdma_cm_id *pub, struct rdma_conn_param *param)
 	h.imm = param->rnr_retry_count & 7;
 	h.raddr = ntohs(pub->route.addr.src_sin.sin_port);
 	id->retry_count = param->retry_count & 7;
+	emu_qp_resp_res(pub, param, EMU_MAX_RD_ATOM);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
@@ -572,6 +587,7 @@ int rdma_accept(struct rdma_cm_id *pub, struct rdma_conn_param *param)
 		h.imm = param->rnr_retry_count & 7;
 	}
 	emu_qp_timers(id);
+	emu_qp_resp_res(pub, param, id->req_init_depth);
 	((struct emu_qp *)pub->qp)->link = id->link;
 	emu_qp_state(pub, IBV_QPS_RTR);
 	pthread_mutex_lock(&id->lock);

@@ -17,8 +17,9 @@
  *               requester completes send WRs in order; runs the timers
  *
  * What it enforces, as a NIC does (emu_wire.c, emu_verbs.c):
- *   - QP states: posts before RTS fail with EINVAL; after an error every
- *     outstanding and later WR completes with IBV_WC_WR_FLUSH_ERR;
+ *   - QP states: posts before RTS fail with EINVAL; a QP in the error state
+ *     executes nothing its peer sends; after an error every outstanding and
+ *     later WR completes with IBV_WC_WR_FLUSH_ERR;
  *   - rkeys: a remote access needs a live registration of the responder's
  *     PD with the right IBV_ACCESS_REMOTE_* flag whose range covers the
  *     access, else IBV_WC_REM_ACCESS_ERR and the requester's QP errors;
@@ -30,6 +31,11 @@
  *   - completion order: send WRs complete in posting order;
  *   - the ACK timeout: (retry_count + 1) * 4.096 us * 2^timeout without an
  *     answer is IBV_WC_RETRY_EXC_ERR;
+ *   - responder resources: a QP whose side of the connection gave
+ *     responder_resources 0 (rdma_connect / rdma_accept) answers an RDMA
+ *     READ with a NAK, IBV_WC_REM_INV_REQ_ERR at the requester (the CM sets
+ *     max_dest_rd_atomic from it, and without IBV_ACCESS_REMOTE_READ on the
+ *     QP a NIC refuses READs);
  *   - disconnect or a dead peer (EOF): the QP goes to error and every
  *     pending WR is flushed; both sides get RDMA_CM_EVENT_DISCONNECTED;
  *   - private data limits: 56 bytes in a connect request, 196 in an accept,
@@ -170,6 +176,7 @@ struct emu_qp {
 	int64_t ack_timeout_ns; /* whole budget: (retry + 1) tries */
 	int64_t progress_ns;	/* last post into an empty queue, or last answer */
 	int64_t rnr_budget_ns;	/* how long a SEND may wait for a RECV */
+	uint8_t max_dest_rd;	/* responder resources: 0 refuses incoming READs */
 	struct emu_msg *parked, **parked_tail; /* requests behind a missing RECV */
 };
 

@@ -281,6 +281,11 @@ static bool emu_execute(struct emu_qp *qp, const struct emu_msg *m)
 		emu_answer(qp, EMU_ACK, h->seq, 0, NULL, 0);
 		return true;
 	}
+	if (h->type == EMU_READ_REQ && !qp->max_dest_rd) {
+		/* no responder resources: the QP takes no READ (invalid request) */
+		emu_answer(qp, EMU_NAK, h->seq, IBV_WC_REM_INV_REQ_ERR, NULL, 0);
+		return true;
+	}
 	emu_mr_rdlock();
 	ok = emu_rkey_ok(qp, h,
 			 h->type == EMU_READ_REQ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE);
