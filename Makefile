@@ -112,9 +112,12 @@ TEST_HELPERS := $(patsubst %.c,$(OUT)/%.o,$(wildcard tests/helpers/*.c))
 ifneq ($(findstring thread,$(SANITIZE)),)
 TEST_HELPERS += $(OUT)/tests/tsan_criterion.o
 endif
+# A test's own link flags: LDFLAGS_<test name>.  test_powercut models the
+# disk of a file-backed node by wrapping msync (tests/helpers/powercut.h).
+LDFLAGS_test_powercut := -Wl,--wrap=msync
 define testbin
 $(OUT)/tests/$(1)/%: $(OUT)/tests/$(1)/%.o $(TEST_HELPERS) $(call libs_of,$(if $(DEPS_$(1)),$(1),mount))
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ -lcriterion $$(LDLIBS) -ldl
+	$$(CC) $$(LDFLAGS) $$(LDFLAGS_$$*) -o $$@ $$^ -lcriterion $$(LDLIBS) -ldl
 endef
 $(foreach m,$(filter-out rdma verbs_emu,$(sort $(notdir $(wildcard tests/*)))),$(eval $(call testbin,$(m))))
 # tests/rdma: the rdma backend, the RPC layer and the engine over the test-only

@@ -1,0 +1,187 @@
+/* tests/engine/test_powercut.c — docs/durability.md, "power loss of a
+ * file-backed memory node": what the engine was told is durable (a sync put,
+ * eng_sync, eng_flush, eng_compact_all; extents before the pointers that
+ * name them) is on the node's disk when the call returns.  The node runs in
+ * its own process with tests/helpers/powercut.h's msync, whose copy file is
+ * the disk: the power cut kills the node and restarts one on that copy, so
+ * what was written but never msync'ed is gone, as after a real power loss
+ * (a kill -9 alone keeps the page cache, and with it every write). */
+#include <fcntl.h>
+
+#include "tests/engine/eng_test.h"
+#include "tests/helpers/powercut.h"
+
+struct pc {
+	char path[64], disk[80];
+	struct tnode node;
+	struct eng_options o;
+	eng_db *db;
+};
+
+/* A file-backed node whose msyncs are copied to pc->disk, each after a
+ * 10 ms (times the time scale) delay; pack: pack_tables. */
+static void pc_up_opts(struct pc *p, bool pack)
+{
+	char delay[16];
+	int fd;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->path, sizeof(p->path), "/tmp/dkv-powercut-XXXXXX");
+	fd = mkstemp(p->path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(p->path);
+	snprintf(p->disk, sizeof(p->disk), "%s.durable", p->path);
+	snprintf(delay, sizeof(delay), "%d", 10 * test_time_scale());
+	cr_assert_eq(setenv("DKVFS_TEST_POWERCUT", p->path, 1), 0);
+	cr_assert_eq(setenv("DKVFS_TEST_POWERCUT_DELAY_MS", delay, 1), 0);
+	cr_assert_eq(tnode_spawn(&p->node, 64u << 20, p->path, NULL), 0);
+	topts(&p->o, &p->node);
+	p->o.pack_tables = pack;
+	cr_assert_eq(eng_open(&p->o, &p->db), 0);
+}
+
+static void pc_up(struct pc *p)
+{
+	pc_up_opts(p, true);
+}
+
+/* The power cut, right after the last call returned: the node dies (its
+ * msyncs end with it), then a node starts on what reached the disk and the
+ * engine opens there.  The old handle is closed in between: its node is
+ * gone, so the close fails (ignored) and cannot touch the disk. */
+static void pc_cut(struct pc *p)
+{
+	tnode_stop(&p->node);
+	(void)eng_close(p->db);
+	p->db = NULL;
+	cr_assert_eq(unsetenv("DKVFS_TEST_POWERCUT"), 0);
+	cr_assert_eq(unsetenv("DKVFS_TEST_POWERCUT_DELAY_MS"), 0);
+	cr_assert_eq(access(p->disk, F_OK), 0, "nothing was ever msync'ed");
+	cr_assert_eq(tnode_spawn(&p->node, 64u << 20, p->disk, NULL), 0);
+	p->o.memnode = p->node.addr;
+	cr_assert_eq(open_retry(&p->o, &p->db), 0, "the volume does not open after the cut");
+}
+
+static void pc_down(struct pc *p)
+{
+	cr_assert_eq(eng_close(p->db), 0);
+	tnode_stop(&p->node);
+	unlink(p->path);
+	unlink(p->disk);
+}
+
+static void absent(eng_db *db, const char *k)
+{
+	void *v = NULL;
+	size_t vl;
+
+	cr_assert_eq(eng_get(db, NULL, k, strlen(k), &v, &vl), -ENOENT,
+		     "%s was never synced, yet it survived the cut", k);
+}
+
+/* A sync put, plain puts then eng_sync, an extent and its pointer then
+ * eng_sync: all there after the cut.  A plain put after them is not, which
+ * shows the cut loses what was not msync'ed (else this test could not see
+ * an msync that was skipped). */
+Test(powercut, sync_puts_and_eng_sync_survive, .timeout = 120)
+{
+	struct eng_write_opts wo = { .sync = true };
+	static char data[300 << 10], back[sizeof(data)];
+	const void *dp = data;
+	size_t dl = sizeof(data);
+	struct eng_blob b;
+	struct pc p;
+	void *v;
+	size_t vl;
+
+	pc_up(&p);
+	cr_assert_eq(eng_put(p.db, &wo, "synced", 6, "one", 3), 0);
+	put_n(p.db, 0, 200);
+	cr_assert_eq(eng_sync(p.db), 0);
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (char)(i * 7 + i / 4096);
+	cr_assert_eq(eng_blob_put(p.db, 1, &dp, &dl, &b), 0);
+	cr_assert_eq(eng_put(p.db, NULL, "extent", 6, &b, sizeof(b)), 0);
+	cr_assert_eq(eng_sync(p.db), 0); /* extents, then the log ("sync" is the log only) */
+	cr_assert_eq(eng_put(p.db, NULL, "unsynced", 8, "two", 3), 0);
+	pc_cut(&p);
+
+	cr_assert_eq(eng_get(p.db, NULL, "synced", 6, &v, &vl), 0, "a sync put was lost");
+	cr_assert(vl == 3 && !memcmp(v, "one", 3));
+	free(v);
+	for (unsigned i = 0; i < 200; i++)
+		get_ok(p.db, i);
+	cr_assert_eq(eng_get(p.db, NULL, "extent", 6, &v, &vl), 0, "a synced pointer was lost");
+	cr_assert_eq(vl, sizeof(b));
+	memcpy(&b, v, sizeof(b));
+	free(v);
+	cr_assert_eq(eng_blob_recover(p.db, &b, 1), 0);
+	cr_assert_eq(eng_blob_get(p.db, &b, back), 0, "the extent's bytes were lost");
+	cr_assert_eq(memcmp(back, data, sizeof(data)), 0);
+	absent(p.db, "unsynced");
+	pc_down(&p);
+}
+
+/* eng_flush: the tables, the manifest that names them and the root are on
+ * disk when it returns (the WAL below them is freed), and so is the
+ * allocation map: after the cut, new tables written by the restarted
+ * engine never land on the old ones. */
+static void flushed_survive(bool pack)
+{
+	struct pc p;
+
+	pc_up_opts(&p, pack);
+	put_n(p.db, 0, 2000);
+	cr_assert_eq(eng_flush(p.db), 0);
+	put_n(p.db, 2000, 1000);
+	cr_assert_eq(eng_flush(p.db), 0);
+	cr_assert_eq(eng_put(p.db, NULL, "unsynced", 8, "two", 3), 0);
+	pc_cut(&p);
+
+	for (unsigned i = 0; i < 3000; i++)
+		get_ok(p.db, i);
+	absent(p.db, "unsynced");
+	put_n(p.db, 3000, 3000); /* new tables, new WAL: space from the map */
+	cr_assert_eq(eng_flush(p.db), 0);
+	for (unsigned i = 0; i < 6000; i++)
+		get_ok(p.db, i);
+	pc_down(&p);
+}
+
+/* Small tables are copied into the node's packed runs (PACK syncs the copy
+ * before it answers) ... */
+Test(powercut, a_flush_survives, .timeout = 120)
+{
+	flushed_survive(true);
+}
+
+/* ... or, with pack_tables off, stay in slab space (synced before they
+ * are logged). */
+Test(powercut, a_flush_left_in_slab_space_survives, .timeout = 120)
+{
+	flushed_survive(false);
+}
+
+/* eng_compact_all on the node: its outputs and the map are synced before
+ * the manifest names them, and the manifest before the call returns. */
+Test(powercut, a_compaction_on_the_node_survives, .timeout = 120)
+{
+	struct pc p;
+
+	pc_up(&p);
+	for (unsigned r = 0; r < 4; r++) {
+		put_n(p.db, r * 500, 500);
+		cr_assert_eq(eng_flush(p.db), 0);
+	}
+	cr_assert_eq(eng_compact_all(p.db), 0);
+	pc_cut(&p);
+
+	for (unsigned i = 0; i < 2000; i++)
+		get_ok(p.db, i);
+	put_n(p.db, 2000, 2000);
+	cr_assert_eq(eng_flush(p.db), 0);
+	for (unsigned i = 0; i < 4000; i++)
+		get_ok(p.db, i);
+	pc_down(&p);
+}
