@@ -21,6 +21,11 @@
  *   so a node that answered before its msync finished is caught: the test
  *   kills the node right after the answer, before the copy is made.
  *
+ *   Each copy also appends a line "OFFSET LENGTH" (hex, file offsets) to
+ *   PATH.synced, in the order the msyncs returned, so a test can check the
+ *   order of syncs, e.g. extents before the log record that names them
+ *   (pc_synced_first).
+ *
  *   The power cut: SIGKILL the node (tnode_stop), which ends the copies, then
  *   start a node on PATH.durable, with the variable unset.
  *
@@ -33,6 +38,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +49,23 @@
 
 int __real_msync(void *addr, size_t len, int flags);
 int __wrap_msync(void *addr, size_t len, int flags);
+
+/* Append "OFFSET LENGTH" to path.synced (one write, O_APPEND: whole). */
+static inline int pc_note(const char *path, unsigned long long off, unsigned long long len)
+{
+	char name[4096 + 16], line[64];
+	int fd, n, rc = 0;
+
+	snprintf(name, sizeof(name), "%s.synced", path);
+	fd = open(name, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	n = snprintf(line, sizeof(line), "%llx %llx\n", off, len);
+	if (write(fd, line, (size_t)n) != n)
+		rc = -EIO;
+	close(fd);
+	return rc;
+}
 
 /* Copy [a, e) of this process's mappings of path into path.durable.
  * Returns 0 or -errno (the msync then fails: a test never passes on a copy
@@ -76,6 +100,9 @@ static inline int pc_copy(const char *path, uintptr_t a, uintptr_t e)
 			   &name) < 3 || !name || strcmp(line + name, path))
 			continue;
 		uintptr_t b = s > a ? s : a, z = t < e ? t : e; /* the part msync covered */
+
+		if (b < z)
+			rc = pc_note(path, off + (b - s), z - b);
 
 		while (b < z && !rc) {
 			ssize_t w = pwrite(fd, (const void *)b, z - b, (off_t)(off + (b - s)));
@@ -114,6 +141,41 @@ int __wrap_msync(void *addr, size_t len, int flags)
 		return -1;
 	}
 	return 0;
+}
+
+/* In path.synced, from line `from` (0-based) on: whether some range
+ * overlaps [off, off+len), and every such range comes before every range
+ * that does not.  *lines: the number of lines in the file (from = INT_MAX
+ * just counts them). */
+static inline bool pc_synced_first(const char *path, int from, uint64_t off, uint64_t len,
+				   int *lines)
+{
+	char name[4096 + 16];
+	unsigned long long o, l;
+	bool seen = false, other = false, ok = true;
+	int i = 0;
+	FILE *f;
+
+	snprintf(name, sizeof(name), "%s.synced", path);
+	f = fopen(name, "re");
+	if (!f) {
+		*lines = 0;
+		return false;
+	}
+	for (; fscanf(f, "%llx %llx", &o, &l) == 2; i++) {
+		bool hit;
+
+		if (i < from)
+			continue;
+		hit = o < off + len && off < o + l;
+		if (hit && other)
+			ok = false; /* a range that misses came before this one */
+		seen |= hit;
+		other |= !hit;
+	}
+	fclose(f);
+	*lines = i;
+	return seen && ok;
 }
 
 #endif
