@@ -18,13 +18,13 @@ struct pc {
 	eng_db *db;
 };
 
-/* The test's files (the backing, its disk, its sync log), removed by the
- * suite's fini even when an assertion ended the test. */
-static char pc_files[3][128];
+/* The test's files (the backing, its disk, its sync log, its budget),
+ * removed by the suite's fini even when an assertion ended the test. */
+static char pc_files[4][128];
 
 static void pc_fini(void)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (pc_files[i][0])
 			unlink(pc_files[i]);
 }
@@ -50,6 +50,7 @@ static void pc_up_opts(struct pc *p, bool pack)
 	snprintf(pc_files[0], sizeof(pc_files[0]), "%s", p->path);
 	snprintf(pc_files[1], sizeof(pc_files[1]), "%s", p->disk);
 	snprintf(pc_files[2], sizeof(pc_files[2]), "%s", p->synced);
+	snprintf(pc_files[3], sizeof(pc_files[3]), "%s.budget", p->path);
 	snprintf(delay, sizeof(delay), "%d", 10 * test_time_scale());
 	cr_assert_eq(setenv("DKVFS_TEST_POWERCUT", p->path, 1), 0);
 	cr_assert_eq(setenv("DKVFS_TEST_POWERCUT_DELAY_MS", delay, 1), 0);
@@ -221,4 +222,88 @@ Test(powercut, a_compaction_on_the_node_survives, .timeout = 120)
 	for (unsigned i = 0; i < 4000; i++)
 		get_ok(p.db, i);
 	pc_down(&p);
+}
+
+static int synced_lines(const struct pc *p)
+{
+	int n;
+
+	(void)pc_synced_first(p->path, INT_MAX, 0, 0, &n);
+	return n;
+}
+
+/* The power goes at each sync of a flush in turn (the node runs on): the
+ * volume opens every time, the synced keys are there, every key of the
+ * 700 written after them (about 84 KiB: the 64 KiB memtable fills, so they
+ * go out as more than one table) is there with its value or absent (never
+ * an error); the first round, which counts the flush's syncs and cuts
+ * after it returned, keeps all 700, and some cut keeps all, some loses some.  What survives of the 700 need not be a prefix: their log was
+ * never synced, and an msync of a table writes back whole pages, so log
+ * records of a later memtable that share a page with it can reach the disk
+ * while an earlier memtable is lost (seen; docs/durability.md). */
+static void cut_at_each_sync(bool pack)
+{
+	int total = -1, whole = 0, lost = 0;
+
+	for (int k = 0; k < 200 && (total < 0 || k <= total); k++) {
+		bool cut = total >= 0;
+		unsigned have = 0;
+		struct pc p;
+		int before;
+
+		pc_up_opts(&p, pack);
+		put_n(p.db, 0, 300);
+		cr_assert_eq(eng_sync(p.db), 0);
+		before = synced_lines(&p);
+		if (cut) {
+			FILE *b = fopen(pc_files[3], "we");
+
+			cr_assert_not_null(b);
+			fprintf(b, "%d\n", k);
+			cr_assert_eq(fclose(b), 0);
+		}
+		put_n(p.db, 300, 700);
+		cr_assert_eq(eng_flush(p.db), 0);
+		if (!cut) { /* the first round counts the flush's syncs */
+			total = synced_lines(&p) - before;
+			cr_assert_gt(total, 0);
+		}
+		pc_cut(&p);
+		for (unsigned i = 0; i < 300; i++)
+			get_ok(p.db, i);
+		for (unsigned i = 300; i < 1000; i++) {
+			char key[32];
+			void *v;
+			size_t vl;
+			int r = eng_get(p.db, NULL, key, tkey(key, sizeof(key), i), &v, &vl);
+
+			cr_assert(r == 0 || r == -ENOENT, "key %u: %s (power cut after %d syncs)", i,
+				  dkv_strerror(r), k);
+			if (!r) {
+				free(v);
+				get_ok(p.db, i);
+				have++;
+			}
+		}
+		cr_assert(cut || have == 700, "a flush that returned was lost");
+		whole += cut && have == 700;
+		lost += cut && have < 700;
+		pc_down(&p);
+		pc_fini();
+	}
+	cr_assert(whole > 0 && lost > 0, "the cuts never lost keys, or never kept them all (%d, %d)",
+		  lost, whole);
+}
+
+Test(powercut, a_cut_at_any_sync_of_a_flush_opens_and_loses_no_synced_key, .timeout = 600)
+{
+	cut_at_each_sync(true);
+}
+
+/* The same with the tables left in slab space: each is synced before the
+ * manifest record that names it. */
+Test(powercut, a_cut_at_any_sync_of_an_unpacked_flush_opens_and_loses_no_synced_key,
+     .timeout = 600)
+{
+	cut_at_each_sync(false);
 }

@@ -29,6 +29,11 @@
  *   The power cut: SIGKILL the node (tnode_stop), which ends the copies, then
  *   start a node on PATH.durable, with the variable unset.
  *
+ *   A cut in the middle of an operation: while a file PATH.budget exists
+ *   (a decimal count), each msync takes one from it and is copied only
+ *   while some is left: the disk loses power after that many more syncs,
+ *   and the node runs on without knowing.
+ *
  * The decision made here (a page is durable iff an msync covering it
  * returned) is the kernel's worst case: it may write dirty pages back
  * earlier on its own, never later than msync returns. */
@@ -43,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -120,6 +126,31 @@ out:
 	return rc;
 }
 
+/* One msync's worth of PATH.budget: true when there is no budget file, or
+ * it had some left (then one less). */
+static inline bool pc_take(const char *path)
+{
+	char name[4096 + 16], b[32] = { 0 };
+	long k;
+	int fd, n;
+	bool ok;
+
+	snprintf(name, sizeof(name), "%s.budget", path);
+	fd = open(name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	flock(fd, LOCK_EX); /* node threads msync concurrently */
+	k = pread(fd, b, sizeof(b) - 1, 0) > 0 ? strtol(b, NULL, 10) : 0;
+	ok = k > 0;
+	if (ok) {
+		n = snprintf(b, sizeof(b), "%ld\n", k - 1);
+		if (ftruncate(fd, 0) || pwrite(fd, b, (size_t)n, 0) != n)
+			ok = false;
+	}
+	close(fd); /* and the lock */
+	return ok;
+}
+
 int __wrap_msync(void *addr, size_t len, int flags)
 {
 	const char *path = getenv("DKVFS_TEST_POWERCUT");
@@ -132,8 +163,8 @@ int __wrap_msync(void *addr, size_t len, int flags)
 	if (delay)
 		usleep((useconds_t)atoi(delay) * 1000);
 	rc = __real_msync(addr, len, flags);
-	if (rc)
-		return rc;
+	if (rc || !pc_take(path))
+		return rc; /* failed, or the disk has no power any more */
 	rc = pc_copy(path, a & ~(pg - 1), (a + len + pg - 1) & ~(pg - 1));
 	if (rc) {
 		fprintf(stderr, "powercut: copying the synced pages failed: %s\n", strerror(-rc));
