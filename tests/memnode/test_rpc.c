@@ -26,6 +26,8 @@ struct tsrv {
 	struct late *late;
 	bool stop;
 	pthread_t thr;
+	atomic_int held; /* op 4 calls handed to the late thread (their arguments pulled) */
+	atomic_bool release; /* op 4 calls still waiting are answered now */
 };
 
 static int t_on_connect(void *user, const void *priv, size_t len, const char *peer,
@@ -55,6 +57,8 @@ static void t_handle(void *user, struct rpc_call *call)
 	case 2:
 	case 4: { /* 4: reply after the number of ms in the body */
 		struct late *l = malloc(sizeof(*l));
+		if (rpc_call_op(call) == 4)
+			atomic_fetch_add(&t->held, 1);
 		l->call = call;
 		pthread_mutex_lock(&t->mu);
 		l->next = t->late;
@@ -90,10 +94,12 @@ static void *late_thread(void *arg)
 		const void *req = rpc_call_req(l->call, &len);
 		uint8_t rep[64];
 		if (rpc_call_op(l->call) == 4 && len == 4) {
-			/* The behaviour under test: a slow handler. */
-			uint32_t ms = get_u32(req);
-			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-			nanosleep(&ts, NULL);
+			/* The behaviour under test: a slow handler (until the
+			 * test releases it). */
+			uint64_t end = mt_now_ms() + get_u32(req);
+			struct timespec ts = { 0, 1000000L };
+			while (mt_now_ms() < end && !atomic_load(&t->release))
+				nanosleep(&ts, NULL);
 		}
 		memcpy(rep, req, len < 64 ? len : 64);
 		rpc_reply(l->call, 7, rep, len < 64 ? len : 64);
@@ -580,17 +586,24 @@ Test(rpc, argument_memory_is_bounded_per_connection, .timeout = 60)
 		     0);
 	struct rpc_arg a = {arg, alen, mr->rkey};
 	for (int i = 0; i < HELD; i++) {
-		/* the late thread answers them one after another, 600 ms each */
-		h[i] = (struct held_call){c1, &a, 600u * (unsigned)test_time_scale(), -1};
+		/* held by the late thread until the test releases them (at
+		 * most 20 s each: it answers them one after another) */
+		h[i] = (struct held_call){c1, &a, 20000u * (unsigned)test_time_scale(), -1};
 		cr_assert_eq(pthread_create(&th[i], NULL, held_call_main, &h[i]), 0);
 	}
-	usleep(300 * 1000 * test_time_scale()); /* all four in; their room reserved in order */
+	/* all four pulled and held (a sleep here was too short under TSan,
+	 * where pulling 256 MiB outlasted the first call's hold) */
+	uint64_t end = mt_now_ms() + 20000ull * (uint64_t)test_time_scale();
+	while (atomic_load(&t.held) < HELD && mt_now_ms() < end)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&t.held), HELD, "the held calls did not all arrive in 20 s");
 	cr_assert_eq(rpc_call(c1, 1, "x", 1, &a, rep, sizeof(rep), &rl), -EBUSY,
 		     "a fifth 64 MiB argument on a connection holding 256 MiB");
 	cr_assert_eq(rpc_call(c1, 1, "x", 1, NULL, rep, sizeof(rep), &rl), 0, "no argument: fine");
 	cr_assert_eq(rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl), 0,
 		     "another connection has room of its own");
 	cr_assert_eq(get_u32(rep), alen);
+	atomic_store(&t.release, true);
 	for (int i = 0; i < HELD; i++) {
 		pthread_join(th[i], NULL);
 		cr_assert_eq(h[i].r, 7, "held call %d: %s", i, dkv_strerror(h[i].r));
