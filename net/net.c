@@ -464,6 +464,15 @@ int net_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms)
 	return c->ops->poll(c, wc, max, timeout_ms);
 }
 
+int net_reap(struct net_conn *c, struct net_wc *wc, int max)
+{
+	if (!c || !wc || max <= 0)
+		return -EINVAL;
+	if (!c->ops->reap)
+		return c->ops->poll(c, wc, max, 0);
+	return c->ops->reap(c, wc, max);
+}
+
 int net_conn_fd(const struct net_conn *c)
 {
 	return c->ops->conn_fd(c);

@@ -238,6 +238,12 @@ int net_post_recv(struct net_conn *c, uint64_t wr_id, void *local, size_t len, u
  * only partly in it waits for the rest, up to the conn's op_timeout_ms,
  * whatever timeout_ms says. */
 int net_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
+/* Reap up to max completions that are already queued, without making
+ * progress: net_poll(c, wc, max, 0) minus the serving of input, so no
+ * syscall on tcp and local (over local a post to mapped memory completes
+ * inside the post, and this reaps it).  rdma: the same as net_poll(.., 0).
+ * Returns the number reaped or -errno. */
+int net_reap(struct net_conn *c, struct net_wc *wc, int max);
 /* fd that becomes readable when completions are queued (level-triggered
  * until net_poll drains them); for epoll-based waits. */
 int net_conn_fd(const struct net_conn *c);

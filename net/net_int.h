@@ -73,6 +73,7 @@ struct net_ops {
 	void (*close)(struct net_conn *c);
 	int (*post)(struct net_conn *c, const struct net_wr *wr);
 	int (*poll)(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
+	int (*reap)(struct net_conn *c, struct net_wc *wc, int max); /* optional: poll(0) */
 	int (*conn_fd)(const struct net_conn *c);
 	void (*conn_reaping)(struct net_conn *c, bool on); /* optional */
 	void (*conn_blocked)(struct net_conn *c, bool on); /* optional */

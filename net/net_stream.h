@@ -103,6 +103,7 @@ bool ns_conn_ok(const struct net_conn *c);
 void ns_close(struct net_conn *c);
 int ns_post(struct net_conn *c, const struct net_wr *wr);
 int ns_poll(struct net_conn *c, struct net_wc *wc, int max, int timeout_ms);
+int ns_reap(struct net_conn *c, struct net_wc *wc, int max);
 int ns_conn_fd(const struct net_conn *c);
 void ns_conn_reaping(struct net_conn *c, bool on);
 void ns_conn_blocked(struct net_conn *c, bool on);
@@ -121,7 +122,7 @@ int ns_map_ptr(struct net_conn *c, uint32_t rkey, uint64_t raddr, size_t len, co
 		.req_priv = ns_req_priv, .req_peer = ns_req_peer, .accept = ns_accept,             \
 		.reject = ns_reject, .listener_close = ns_listener_close, .connect = ns_connect,   \
 		.conn_peer = ns_conn_peer, .conn_ok = ns_conn_ok, .close = ns_close,               \
-		.post = ns_post, .poll = ns_poll, .conn_fd = ns_conn_fd,                           \
+		.post = ns_post, .poll = ns_poll, .reap = ns_reap, .conn_fd = ns_conn_fd,          \
 		.conn_reaping = ns_conn_reaping, .conn_blocked = ns_conn_blocked,                  \
 		.set_fault = ns_set_fault, .conn_stats = ns_conn_stats, .map_ptr = ns_map_ptr,     \
 	}

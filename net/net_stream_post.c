@@ -114,6 +114,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	}
 	try_local = c->share && wr->op != NET_WR_SEND;
 	s->local_busy = try_local;
+	s->wire = !try_local; /* by frame: its answer completes it */
 	pthread_mutex_unlock(&c->mu);
 
 	if (try_local) {
@@ -147,6 +148,7 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 			pthread_mutex_unlock(&c->mu);
 			goto out;
 		}
+		s->wire = true; /* by frame after all */
 		pthread_mutex_unlock(&c->mu);
 	}
 
@@ -160,9 +162,6 @@ int ns_post(struct net_conn *cc, const struct net_wr *wr)
 	    .imm = wr->imm,
 	    .flags = lr == 0 ? NS_F_INPLACE : 0,
 	};
-	pthread_mutex_lock(&c->mu);
-	s->wire = !s->done;
-	pthread_mutex_unlock(&c->mu);
 	ns_hdr_encode(s->txe.hdr, &h);
 	s->txe.data = wr->local;
 	s->txe.dlen = (wr->op == NET_WR_READ || lr == 0) ? 0 : wr->len;
@@ -300,6 +299,17 @@ int ns_poll(struct net_conn *cc, struct net_wc *wc, int max, int timeout_ms)
 	pthread_mutex_unlock(&c->mu);
 	if (driving)
 		ns_poller_leave(c);
+	return n;
+}
+
+int ns_reap(struct net_conn *cc, struct net_wc *wc, int max)
+{
+	struct ns_conn *c = to_conn(cc);
+	int n;
+
+	pthread_mutex_lock(&c->mu);
+	n = reap(c, wc, max);
+	pthread_mutex_unlock(&c->mu);
 	return n;
 }
 

@@ -403,8 +403,10 @@ static void chan_on_wc(struct rpc_chan *ch, const struct net_wc *wc)
 
 /* Poll the conn once (not waiting) and route what came, under poll_mu so
  * completions are handled in the order the transport gave them.  try: give
- * up at once if another thread polls.  Returns completions or -errno. */
-static int chan_reap(struct rpc_chan *ch, bool try)
+ * up at once if another thread polls.  drive: serve the input that has
+ * arrived too (net_poll), else only take what is queued (net_reap).
+ * Returns completions or -errno. */
+static int chan_reap_as(struct rpc_chan *ch, bool try, bool drive)
 {
 	struct net_wc wc[32];
 	int n;
@@ -415,7 +417,7 @@ static int chan_reap(struct rpc_chan *ch, bool try)
 	} else {
 		pthread_mutex_lock(&ch->poll_mu);
 	}
-	n = net_poll(ch->conn, wc, 32, 0);
+	n = drive ? net_poll(ch->conn, wc, 32, 0) : net_reap(ch->conn, wc, 32);
 	if (n > 0) {
 		pthread_mutex_lock(&ch->lock);
 		for (int i = 0; i < n; i++)
@@ -424,6 +426,11 @@ static int chan_reap(struct rpc_chan *ch, bool try)
 	}
 	pthread_mutex_unlock(&ch->poll_mu);
 	return n;
+}
+
+static int chan_reap(struct rpc_chan *ch, bool try)
+{
+	return chan_reap_as(ch, try, true);
 }
 
 static void *chan_thread(void *arg)
@@ -659,8 +666,8 @@ static int chan_post(struct rpc_chan *ch, bool write, void *local, size_t len, u
 		rc = net_post_write(ch->conn, w, local, len, lkey, raddr, rkey);
 	else
 		rc = net_post_read(ch->conn, w, local, len, lkey, raddr, rkey);
-	if (!rc)
-		chan_reap(ch, true);
+	if (!rc) /* not the input: the wait that follows serves it */
+		chan_reap_as(ch, true, false);
 	net_conn_reaping(ch->conn, false);
 	if (rc) {
 		pthread_mutex_lock(&ch->lock);
