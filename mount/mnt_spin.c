@@ -8,7 +8,7 @@
  * `tar x`: 86 % of the daemon's samples in the kernel, 44 % of all in
  * finish_task_switch).  A tool that creates or removes files sends its next
  * request a few microseconds after the last answer; a thread still polling
- * takes it without being woken.  Measured in docs/bench.md ("A reader that
+ * takes it without being woken.  Measured in docs/bench-fs.md ("A reader that
  * polls").
  *
  * Only one thread reads at a time (it holds the baton), and no other thread

@@ -199,7 +199,7 @@ int ns_conn_fd(const struct net_conn *cc)
 /* The rx thread parks while anybody reaps (a reaper reads the socket with
  * net_poll(0)): on two vCPUs its spinning beside the reaper took the CPU
  * the peer needed (readrandom over tcp 132k-138k ops/s against 180k-201k,
- * docs/bench.md).  The last reaper to stop does not wake it: nobody needs
+ * docs/bench-transport.md).  The last reaper to stop does not wake it: nobody needs
  * it unless a thread blocks (ns_conn_blocked wakes it then), and a wakeup
  * per operation costs as much as the spinning did.  Parked, it still wakes
  * every NS_TICK_MS for op deadlines and input nobody waits for. */

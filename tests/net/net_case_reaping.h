@@ -123,7 +123,7 @@ static void case_blocked_wakes_the_input(enum net_kind k)
 /* net_reap takes what is queued and serves no input: an rpc post reaps
  * with it right after posting (over local the op is done inside the post),
  * and a read of the socket there cost a recv per post over tcp, mostly
- * EAGAIN (docs/bench.md, 2026-11-29).  With a reaper on, the stream
+ * EAGAIN (docs/bench-transport.md, 2026-11-29).  With a reaper on, the stream
  * backends' input thread parks (at its next tick, 50 ms), so over tcp the
  * answer then waits on the socket until somebody polls: net_reap leaves it
  * there (no byte read), net_poll(0) takes it.  A round where the input
