@@ -17,23 +17,14 @@
 
 #include "common/err.h"
 #include "engine/compaction_int.h"
+#include "engine/eng_int.h" /* ENG_LEVELS */
 #include "engine/eng.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
 #include "memnode/mn_server.h"
 #include "net/rpc.h"
+#include "tests/helpers/time_scale.h"
 #include "tests/helpers/tnode.h"
-
-/* Factor for timeouts that are not what a test is about: the runner sets
- * DKVFS_TEST_TIME_SCALE for sanitizer builds (ThreadSanitizer ~10x slower),
- * so a slow but live memory node is not taken for a dead one. */
-static inline int test_time_scale(void)
-{
-	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
-	int k = e ? atoi(e) : 1;
-
-	return k > 1 && k <= 100 ? k : 1;
-}
 
 /* Options for a small, flush-happy engine on node n. */
 static inline void topts(struct eng_options *o, const struct tnode *n)
@@ -73,7 +64,8 @@ static inline int compact_all_by(eng_db *db, int secs)
 {
 	struct eng_stats st = { 0 };
 	struct timespec t0, t1;
-	int s = secs * test_time_scale(), r;
+	char lv[ENG_LEVELS * 21 + 1];
+	int s = secs * test_time_scale(), r, n = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	r = eng_compaction_all(db, s * 1000);
@@ -81,17 +73,12 @@ static inline int compact_all_by(eng_db *db, int secs)
 	if (r != -ETIMEDOUT || t1.tv_sec - t0.tv_sec < s - 1)
 		return r;
 	eng_stats(db, &st);
+	for (int l = 0; l < ENG_LEVELS; l++)
+		n += snprintf(lv + n, sizeof(lv) - (size_t)n, " %llu",
+			      (unsigned long long)st.tables_per_level[l]);
 	cr_assert_fail("compaction made no progress in %d s: eng_compact_all did not merge every "
-		       "level down (%llu compactions ran; tables in L0..L6: %llu %llu %llu %llu "
-		       "%llu %llu %llu)",
-		       s, (unsigned long long)st.compactions,
-		       (unsigned long long)st.tables_per_level[0],
-		       (unsigned long long)st.tables_per_level[1],
-		       (unsigned long long)st.tables_per_level[2],
-		       (unsigned long long)st.tables_per_level[3],
-		       (unsigned long long)st.tables_per_level[4],
-		       (unsigned long long)st.tables_per_level[5],
-		       (unsigned long long)st.tables_per_level[6]);
+		       "level down (%llu compactions ran; tables in L0..L%d:%s)",
+		       s, (unsigned long long)st.compactions, ENG_LEVELS - 1, lv);
 	return r;
 }
 

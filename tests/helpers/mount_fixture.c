@@ -1,5 +1,6 @@
 /* tests/helpers/mount_fixture.c — see mount_fixture.h. */
 #include "tests/helpers/mount_fixture.h"
+#include "tests/helpers/time_scale.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -126,10 +127,7 @@ void mt_teardown(void)
  * a slow but healthy memory node is not taken for a dead one. */
 int op_timeout_ms(int ms)
 {
-	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
-	int k = e ? atoi(e) : 1;
-
-	return k > 1 && k <= 100 ? ms * k : ms;
+	return ms * test_time_scale();
 }
 
 /* Mount (embedded memory node) with extra -o options; returns dkvfs's status.

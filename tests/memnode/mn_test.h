@@ -16,6 +16,7 @@
 #include "common/err.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_server.h"
+#include "tests/helpers/time_scale.h"
 
 /* The transport these tests run on: tcp, unless the including file chose
  * another (tests/rdma/ runs them on rdma over the verbs emulation). */
@@ -28,16 +29,6 @@ static inline uint64_t mt_now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Factor for timeouts: the runner sets DKVFS_TEST_TIME_SCALE for sanitizer
- * builds (as tests/engine/eng_test.h). */
-static inline int test_time_scale(void)
-{
-	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
-	int k = e ? atoi(e) : 1;
-
-	return k > 1 && k <= 100 ? k : 1;
 }
 
 /* An in-process server on 127.0.0.1:0 with a memfd region. */

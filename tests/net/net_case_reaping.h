@@ -83,8 +83,7 @@ static void case_reaping_defers_the_fd(enum net_kind k)
  * (20 took 239 ms in all, beside two other sessions' builds). */
 static void case_blocked_wakes_the_input(enum net_kind k)
 {
-	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
-	int scale = e && atoi(e) > 1 ? atoi(e) : 1;
+	int scale = test_time_scale();
 	struct t_pair p;
 	struct t_mem sm, cm;
 	uint64_t ms[20], total = 0;

@@ -25,6 +25,7 @@
 #include "common/deadline.h"
 #include "common/err.h"
 #include "net/net.h"
+#include "tests/helpers/time_scale.h"
 
 #define MiB (1024u * 1024u)
 

@@ -19,6 +19,7 @@
 #include "common/deadline.h"
 #include "common/err.h"
 #include "net/net_stream_int.h" /* ns_tx_cork and ns_tx_ctrl, for the gather tests */
+#include "tests/helpers/time_scale.h"
 
 static uint64_t now_ms(void)
 {
@@ -240,8 +241,7 @@ Test(frames, queued_read_replies_are_bounded_in_all, .timeout = 60)
 	/* (sanitizer builds are slower, DKVFS_TEST_TIME_SCALE; a peer whose
 	 * socket stays full for op_timeout_ms is dropped, so it must outlast
 	 * the watch below) */
-	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
-	int scale = e && atoi(e) > 1 && atoi(e) <= 100 ? atoi(e) : 1;
+	int scale = test_time_scale();
 	struct net_conn_opts o = {.op_timeout_ms = 20000 * scale, .max_recv_wr = 8};
 	uint8_t *region = malloc(len);
 	struct read_peer p[PEERS];

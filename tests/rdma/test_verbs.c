@@ -34,6 +34,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "tests/helpers/time_scale.h"
+
 #define BUF (64 * 1024)
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 
@@ -51,20 +53,12 @@ struct vpair {
 	struct side c, s;
 };
 
-static int time_scale(void)
-{
-	const char *e = getenv("DKVFS_TEST_TIME_SCALE");
-	int k = e ? atoi(e) : 1;
-
-	return k > 1 && k <= 100 ? k : 1;
-}
-
 static struct rdma_cm_event *ev_get(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
 {
 	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 	struct rdma_cm_event *e;
 
-	cr_assert_eq(poll(&p, 1, 5000 * time_scale()), 1, "no CM event (waiting for %s)",
+	cr_assert_eq(poll(&p, 1, 5000 * test_time_scale()), 1, "no CM event (waiting for %s)",
 		     rdma_event_str(want));
 	cr_assert_eq(rdma_get_cm_event(ch, &e), 0);
 	cr_assert_eq(e->event, want, "got %s, want %s", rdma_event_str(e->event),
@@ -192,7 +186,7 @@ static struct ibv_wc wc_wait(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
 
-	for (int i = 0; i < 5000 * time_scale(); i++) { /* bounded: about 5 s */
+	for (int i = 0; i < 5000 * test_time_scale(); i++) { /* bounded: about 5 s */
 		int n = ibv_poll_cq(cq, 1, &wc);
 
 		cr_assert_geq(n, 0);
