@@ -83,8 +83,17 @@ const struct fuse_operations *fs_fuse_ops(void);
 /* Once the FUSE loop has returned, before fuse_unmount: stops the thread that
  * sends the kernel invalidations (fs_alias.c), which must not touch the
  * session while fuse_unmount closes its fd and fuse_destroy frees it (libfuse
- * calls the destroy op only after both). */
+ * calls the destroy op only after both), and the write-behind thread
+ * (fs_behind.c: what it has queued is staged first). */
 void fs_loop_ended(struct fs_ctx *fs);
+/* Work a request leaves for after its answer (write-behind, fs/fs_behind.c:
+ * a big writer's full chunks go to extents while the answer travels), run
+ * by the thread that served the request.  A request loop that calls
+ * fs_after_reply after each request it serves says so once per thread
+ * with fs_after_reply_enable; in other threads (libfuse's own loop) that
+ * work goes to a thread of the fs instead. */
+void fs_after_reply_enable(void);
+void fs_after_reply(void);
 
 /* The text of MOUNTPOINT/.dkvfs/stats: "key: value" lines (engine counters
  * then fs counters).  Returns the length (< cap, NUL-terminated). */

@@ -515,6 +515,7 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	pthread_rwlock_init(&fs->move_lock, &ra);
 	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&fs->open_lock, NULL);
+	pthread_mutex_init(&fs->chunk_buf_mu, NULL);
 	pthread_mutex_init(&fs->root_lock, NULL);
 	dkv_ratelimit_init(&fs->err_rl, 10000, 10);
 	pthread_mutex_init(&fs->id_lock, NULL);
@@ -540,6 +541,20 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	return 0;
 }
 
+/* What fs_destroy and fs_drop both release once the inodes are gone. */
+static void ctx_free(struct fs_ctx *fs)
+{
+	pthread_rwlock_destroy(&fs->ns_lock);
+	pthread_rwlock_destroy(&fs->move_lock);
+	pthread_mutex_destroy(&fs->open_lock);
+	pthread_mutex_destroy(&fs->root_lock);
+	dkv_ratelimit_release(&fs->err_rl);
+	pthread_mutex_destroy(&fs->id_lock);
+	fs_rdplus_release(&fs->rdplus);
+	fs_chunk_bufs_release(fs);
+	free(fs);
+}
+
 int fs_destroy(struct fs_ctx *fs)
 {
 	if (!fs)
@@ -550,14 +565,7 @@ int fs_destroy(struct fs_ctx *fs)
 		if (!rc)
 			rc = r2;
 	}
-	pthread_rwlock_destroy(&fs->ns_lock);
-	pthread_rwlock_destroy(&fs->move_lock);
-	pthread_mutex_destroy(&fs->open_lock);
-	pthread_mutex_destroy(&fs->root_lock);
-	dkv_ratelimit_release(&fs->err_rl);
-	pthread_mutex_destroy(&fs->id_lock);
-	fs_rdplus_release(&fs->rdplus);
-	free(fs);
+	ctx_free(fs);
 	return rc;
 }
 
@@ -566,14 +574,7 @@ void fs_drop(struct fs_ctx *fs)
 	if (!fs)
 		return;
 	fs_inode_drop_all(fs);
-	pthread_rwlock_destroy(&fs->ns_lock);
-	pthread_rwlock_destroy(&fs->move_lock);
-	pthread_mutex_destroy(&fs->open_lock);
-	pthread_mutex_destroy(&fs->root_lock);
-	dkv_ratelimit_release(&fs->err_rl);
-	pthread_mutex_destroy(&fs->id_lock);
-	fs_rdplus_release(&fs->rdplus);
-	free(fs);
+	ctx_free(fs);
 }
 
 size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
@@ -589,7 +590,7 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"fs_backend: %s\nfs_open_inodes: %zu\nfs_lookups: %" PRIu64 "\nfs_creates: %" PRIu64
 		"\nfs_mkdirs: %" PRIu64 "\nfs_unlinks: %" PRIu64 "\nfs_rmdirs: %" PRIu64
 		"\nfs_renames: %" PRIu64 "\nfs_renamed_keys: %" PRIu64 "\nfs_rename_steps: %" PRIu64 "\nfs_copies: %" PRIu64 "\nfs_copy_node_chunks: %" PRIu64 "\nfs_copy_node_bytes: %" PRIu64 "\nfs_copy_read_bytes: %" PRIu64 "\nfs_commits: %" PRIu64
-		"\nfs_commit_bytes: %" PRIu64 "\nfs_early_flushes: %" PRIu64
+		"\nfs_commit_bytes: %" PRIu64 "\nfs_early_flushes: %" PRIu64 "\nfs_behind_stages: %" PRIu64 "\nfs_behind_failed: %" PRIu64
 		"\nfs_chunk_loads: %" PRIu64 "\nfs_chunk_load_bytes: %" PRIu64 "\nfs_reads: %" PRIu64
 		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
 		"\nfs_file_getattrs: %" PRIu64 "\nfs_readdir_entries: %" PRIu64 "\nfs_readdir_bare: %" PRIu64 "\nfs_readdir_seeks: %" PRIu64
@@ -597,7 +598,7 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64 "\nfs_pieced_chunks: %" PRIu64
 		"\nfs_extent_write_bytes: %" PRIu64 "\nfs_extent_frees: %" PRIu64 "\n",
 		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
-		C(renames), C(renamed_keys), C(rename_steps), C(copies), C(copy_node_chunks), C(copy_node_bytes), C(copy_read_bytes), C(commits), C(commit_bytes), C(early_flushes),
+		C(renames), C(renamed_keys), C(rename_steps), C(copies), C(copy_node_chunks), C(copy_node_bytes), C(copy_read_bytes), C(commits), C(commit_bytes), C(early_flushes), C(behind_stages), C(behind_failed),
 		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
 		C(write_bytes), C(file_getattrs), C(readdir_entries), C(readdir_bare), C(readdir_seeks), C(reclaims),
 		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes), C(pieced_chunks),

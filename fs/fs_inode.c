@@ -71,6 +71,44 @@ static void drop_clean(struct fs_inode *ino)
 	ino->clean.buf = NULL;
 }
 
+void *fs_chunk_buf_get(struct fs_ctx *fs)
+{
+	void *p = NULL;
+
+	pthread_mutex_lock(&fs->chunk_buf_mu);
+	if (fs->nchunk_bufs)
+		p = fs->chunk_bufs[--fs->nchunk_bufs];
+	pthread_mutex_unlock(&fs->chunk_buf_mu);
+	return p ? p : malloc(CH);
+}
+
+void fs_chunk_buf_put(struct fs_ctx *fs, void *buf)
+{
+	if (!buf)
+		return;
+	pthread_mutex_lock(&fs->chunk_buf_mu);
+	if (fs->nchunk_bufs < FS_CHUNK_BUFS_KEEP) {
+		fs->chunk_bufs[fs->nchunk_bufs++] = buf;
+		buf = NULL;
+	}
+	pthread_mutex_unlock(&fs->chunk_buf_mu);
+	free(buf);
+}
+
+void fs_chunk_bufs_release(struct fs_ctx *fs)
+{
+	while (fs->nchunk_bufs)
+		free(fs->chunk_bufs[--fs->nchunk_bufs]);
+	pthread_mutex_destroy(&fs->chunk_buf_mu);
+}
+
+/* The clean chunk goes back to the kept buffers. */
+static void put_clean(struct fs_ctx *fs, struct fs_inode *ino)
+{
+	fs_chunk_buf_put(fs, ino->clean.buf);
+	ino->clean.buf = NULL;
+}
+
 static void inode_free(struct fs_inode *ino)
 {
 	if (!ino)
@@ -288,6 +326,13 @@ void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino)
 	inode_free(ino);
 }
 
+void fs_inode_hold(struct fs_ctx *fs, struct fs_inode *ino)
+{
+	pthread_mutex_lock(&fs->open_lock);
+	ino->refs++;
+	pthread_mutex_unlock(&fs->open_lock);
+}
+
 int fs_inode_retire(struct fs_inode *ino, uint64_t data_id, uint64_t upto)
 {
 	if (!data_id)
@@ -455,10 +500,10 @@ int fs_inode_stage_dirty(struct fs_ctx *fs, struct fs_inode *ino)
 			continue;
 		c->staged = true;
 		if (i == last) {
-			drop_clean(ino);
+			put_clean(fs, ino);
 			ino->clean = (struct fs_chunk){ .idx = c->idx, .buf = c->buf };
 		} else {
-			free(c->buf);
+			fs_chunk_buf_put(fs, c->buf);
 		}
 		c->buf = NULL;
 	}
@@ -481,6 +526,11 @@ static size_t dirty_count(const struct fs_inode *ino)
 	return n;
 }
 
+bool fs_inode_full(const struct fs_ctx *fs, const struct fs_inode *ino)
+{
+	return dirty_count(ino) >= (size_t)fs->opts.max_dirty_chunks;
+}
+
 /* The dirty chunk idx, loading it (unless the caller overwrites it whole)
  * and making room as needed. */
 int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, bool whole,
@@ -492,7 +542,7 @@ int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, 
 		*out = c;
 		return 0;
 	}
-	if (dirty_count(ino) >= (size_t)fs->opts.max_dirty_chunks) {
+	if (fs_inode_full(fs, ino)) {
 		rc = fs_inode_stage_dirty(fs, ino);
 		if (rc)
 			return rc;
@@ -503,17 +553,15 @@ int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, 
 	if (ino->clean.buf && ino->clean.idx == idx && (idx << FS_CHUNK_SHIFT) < ino->rec.size) {
 		buf = ino->clean.buf;
 		ino->clean.buf = NULL;
-	} else if (whole) {
-		buf = calloc(1, CH);
-		if (!buf)
-			return -ENOMEM;
 	} else {
-		buf = malloc(CH);
+		/* not cleared when whole: the caller writes every byte (a
+		 * write of the whole chunk, or zero_range's memset) */
+		buf = fs_chunk_buf_get(fs);
 		if (!buf)
 			return -ENOMEM;
-		rc = chunk_fill(fs, ino, idx, buf);
+		rc = whole ? 0 : chunk_fill(fs, ino, idx, buf);
 		if (rc) {
-			free(buf);
+			fs_chunk_buf_put(fs, buf);
 			return rc;
 		}
 	}
@@ -533,7 +581,7 @@ int fs_inode_chunk_dirty(struct fs_ctx *fs, struct fs_inode *ino, uint64_t idx, 
 	}
 	struct fs_chunk *n = realloc(ino->chunks, (ino->nchunks + 1) * sizeof(*n));
 	if (!n) {
-		free(buf);
+		fs_chunk_buf_put(fs, buf);
 		return -ENOMEM;
 	}
 	ino->chunks = n;
@@ -644,13 +692,13 @@ int fs_inode_read(struct fs_ctx *fs, struct fs_inode *ino, char *buf, size_t siz
 				continue;
 			}
 			if (!cached) {
-				uint8_t *b = ino->clean.buf ? ino->clean.buf : malloc(CH);
+				uint8_t *b = ino->clean.buf ? ino->clean.buf : fs_chunk_buf_get(fs);
 				if (!b)
 					return done ? (int)done : -ENOMEM;
 				ino->clean.buf = NULL;
 				int rc = chunk_fill(fs, ino, idx, b);
 				if (rc) {
-					free(b);
+					fs_chunk_buf_put(fs, b);
 					return done ? (int)done : rc;
 				}
 				ino->clean.buf = b;

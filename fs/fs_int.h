@@ -37,6 +37,8 @@
 #define FS_OPEN_BUCKETS 1024
 
 /* Counters shown in .dkvfs/stats (relaxed atomics). */
+#define FS_CHUNK_BUFS_KEEP 16 /* 4 MiB of freed chunk buffers kept (fs_chunk_buf_put) */
+
 struct fs_counters {
 	_Atomic uint64_t lookups, creates, mkdirs, unlinks, rmdirs, renames, renamed_keys;
 	_Atomic uint64_t rename_steps; /* renames done in steps (fs_rename.c) */
@@ -44,6 +46,7 @@ struct fs_counters {
 	 * node, bytes read and written here instead */
 	_Atomic uint64_t copies, copy_node_chunks, copy_node_bytes, copy_read_bytes;
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
+	_Atomic uint64_t behind_stages, behind_failed; /* fs_behind.c */
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks,
 		readdir_bare, file_getattrs;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
@@ -154,6 +157,14 @@ struct fs_ctx {
 	struct fs_kv *kv;
 	struct fs_opts opts;
 	struct fs_alias *alias; /* fs_alias.c; NULL outside a FUSE session */
+	struct fs_behind *behind; /* fs_behind.c; NULL outside a FUSE session */
+	/* fs_inode.c: freed chunk buffers kept for the next dirty or clean
+	 * chunk.  A big file's writer frees and takes 4 every 1 MiB; from
+	 * malloc they came back as fresh pages, faulted in and cleared by the
+	 * kernel each time. */
+	pthread_mutex_t chunk_buf_mu;
+	void *chunk_bufs[FS_CHUNK_BUFS_KEEP]; /* chunk_buf_mu */
+	size_t nchunk_bufs;                   /* chunk_buf_mu */
 	pthread_rwlock_t ns_lock;
 	pthread_mutex_t open_lock;
 	struct fs_inode *open_tab[FS_OPEN_BUCKETS]; /* open_lock */
@@ -289,6 +300,16 @@ struct fs_inode *fs_inode_find(struct fs_ctx *fs, uint64_t ino);
 int fs_inode_adopt(struct fs_ctx *fs, const struct fs_key *key, const struct fs_rec *rec,
 		   struct fs_inode **out);
 void fs_inode_put(struct fs_ctx *fs, struct fs_inode *ino);
+/* One more reference on ino, for a caller that holds one already. */
+void fs_inode_hold(struct fs_ctx *fs, struct fs_inode *ino);
+/* A chunk buffer (FS_CHUNK_SIZE bytes, not cleared; NULL on -ENOMEM), and
+ * back (NULL is fine); release frees the kept ones (fs teardown). */
+void *fs_chunk_buf_get(struct fs_ctx *fs);
+void fs_chunk_buf_put(struct fs_ctx *fs, void *buf);
+void fs_chunk_bufs_release(struct fs_ctx *fs);
+/* Whether ino holds max_dirty_chunks dirty chunks or more (ino->mu held):
+ * its next write to a new chunk would stage them first. */
+bool fs_inode_full(const struct fs_ctx *fs, const struct fs_inode *ino);
 /* The following need ino->mu held. */
 int fs_inode_read(struct fs_ctx *fs, struct fs_inode *ino, char *buf, size_t size, uint64_t off);
 int fs_inode_write(struct fs_ctx *fs, struct fs_inode *ino, const char *buf, size_t size,

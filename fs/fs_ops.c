@@ -70,6 +70,7 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	conn->max_write = FS_IO_SIZE;
 	conn->max_readahead = 1u << 20;
 	fs_alias_start(fs, fuse_get_context()->fuse);
+	fs_behind_start(fs);
 	return fs;
 }
 
@@ -726,8 +727,13 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
 	pthread_mutex_lock(&fh->ino->mu);
 	int rc = fs_inode_write(fs, fh->ino, buf, size, (uint64_t)off);
 	bool shared = rc >= 0 && (fh->ino->rec.flags & FS_REC_SHARED);
+	/* a sequential writer (whole chunks) that filled its dirty chunks:
+	 * they go out while this answer travels (fs_behind.c) */
+	bool behind = rc >= (int)FS_CHUNK_SIZE && fs_inode_full(fs, fh->ino);
 	uint64_t inum = fh->ino->rec.ino;
 	pthread_mutex_unlock(&fh->ino->mu);
+	if (behind)
+		fs_behind_queue(fs, fh->ino);
 	if (shared) /* the other names' size and times, once this write is answered */
 		fs_alias_changed(fs, inum, false);
 	return ret(fs, rc);
@@ -841,6 +847,7 @@ static const struct fuse_operations fs_ops = {
 
 void fs_loop_ended(struct fs_ctx *fs)
 {
+	fs_behind_stop(fs);
 	fs_alias_quiesce(fs);
 }
 

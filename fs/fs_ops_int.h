@@ -120,6 +120,14 @@ void fs_alias_uncache(struct fs_ctx *fs, const char *path);
  * returns.  Returns at once when nothing is queued (the common case). */
 void fs_alias_settle(struct fs_ctx *fs);
 int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse);
+/* fs_behind.c: write-behind.  start at init (-ENOMEM, -EAGAIN: writers
+ * then stage themselves), stop when the loop has ended (stages what is
+ * queued, joins); queue: after a write of a whole chunk or more left ino
+ * full (fs_inode_full), stage its dirty chunks on the write-behind thread
+ * (a reference is taken); false if not queued (no thread, queue full). */
+int fs_behind_start(struct fs_ctx *fs);
+void fs_behind_stop(struct fs_ctx *fs);
+bool fs_behind_queue(struct fs_ctx *fs, struct fs_inode *ino);
 void fs_alias_stop(struct fs_ctx *fs);
 /* Stop the thread before the session goes (fs_loop_ended): it makes no new
  * call into the session; waits for it at most 1 s, as one call may wait

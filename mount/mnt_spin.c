@@ -45,6 +45,7 @@
 #include "common/deadline.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "fs/fs.h"
 #include "mount/mnt.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -171,6 +172,7 @@ static void *serve_main(void *arg)
 	struct fuse_buf buf = { 0 };
 	uint64_t until = 0, seq = 0;
 
+	fs_after_reply_enable();
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		uint64_t mine;
@@ -200,6 +202,7 @@ static void *serve_main(void *arg)
 				pass_baton(p);
 				pthread_mutex_unlock(&p->mu);
 				fuse_session_process_buf(p->se, &buf);
+				fs_after_reply(); /* answered: what it left for now */
 				until = 0;
 				break;
 			}
@@ -209,6 +212,7 @@ static void *serve_main(void *arg)
 			uint64_t v = (mine << 32) | ((++seq & 0x7fffffffu) << 1) | 1, done = v;
 			atomic_store(&p->busy, v);
 			fuse_session_process_buf(p->se, &buf);
+			fs_after_reply();
 			atomic_compare_exchange_strong(&p->busy, &done, v & ~1ull);
 			until = dkv_mono_ns() + p->spin_ns;
 			if (atomic_load(&p->holder) != mine)

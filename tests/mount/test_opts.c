@@ -15,6 +15,7 @@
 #include "fs/fs_key.h"
 #include "mount/mnt.h"
 #include "tests/helpers/mount_fixture.h"
+#include "tests/helpers/time_scale.h"
 
 Test(opts, sizes)
 {
@@ -80,21 +81,24 @@ Test(opts, fstab_only_options)
 		cr_assert(!mnt_fstab_only(keep[i]), "%s", keep[i]);
 }
 
-/* Write chunks of 256 KiB to MNT/name (open, not closed: a close commits);
+/* Write chunks of 256 KiB to MNT/name (open, not closed: a close commits),
+ * each as two writes of half a chunk (a write of a whole chunk that leaves
+ * the file at max_dirty is staged behind its answer instead: next test);
  * the daemon's fs_early_flushes after the writes.  The file stays open on
  * *fd: no shell may run meanwhile (a forked child closes its copy of the
  * descriptor, at exec too, and every close is a FLUSH, which commits). */
 static long long dirty_chunks(const char *name, int chunks, int *fd)
 {
-	static char buf[256 << 10];
+	static char buf[128 << 10];
 	char path[PATH_MAX + 16];
 
 	memset(buf, 'm', sizeof(buf));
 	snprintf(path, sizeof(path), "%s/%s", MNT, name);
 	*fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
 	cr_assert_geq(*fd, 0, "create: %s", strerror(errno));
-	for (int i = 0; i < chunks; i++)
+	for (int i = 0; i < 2 * chunks; i++)
 		cr_assert_eq(write(*fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	cr_assert_eq(mt_stat("fs_behind_stages"), 0, "half-chunk writes were staged behind");
 	return mt_stat("fs_early_flushes");
 }
 
@@ -117,6 +121,83 @@ Test(opts, max_dirty_reaches_the_filesystem, .init = mt_setup, .fini = mt_teardo
 	cr_assert_eq(mt_stat("fs_early_flushes"), 1, "max_dirty=2 did not reach the filesystem");
 	cr_assert_eq(close(fd), 0);
 	cr_assert_eq(sh("test $(stat -c %%s %s/b) = %d", MNT, (2 << 18) + 1), 0);
+	down();
+}
+
+/* fs_behind_stages once it reaches want, polling (the stage runs after the
+ * WRITE's answer, so a stats read may overtake it); the last value read
+ * after about 10 s (times the sanitizer scale) otherwise. */
+static long long behind_stages_reach(long long want)
+{
+	long long v = mt_stat("fs_behind_stages");
+
+	for (int i = 0; i < 1000 * test_time_scale() && v < want; i++) {
+		usleep(10000);
+		v = mt_stat("fs_behind_stages");
+	}
+	return v;
+}
+
+/* Chunk i of the file written below: its own byte. */
+static void fill_chunk(char *buf, int i)
+{
+	memset(buf, 'a' + i % 26, 256 << 10);
+	memcpy(buf, &i, sizeof(i));
+}
+
+static void check_chunks(const char *path, int n)
+{
+	static char want[256 << 10], got[256 << 10];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
+	for (int i = 0; i < n; i++) {
+		fill_chunk(want, i);
+		cr_assert_eq(pread(fd, got, sizeof(got), (off_t)i << 18), (ssize_t)sizeof(got),
+			     "chunk %d of %s: short read", i, path);
+		cr_assert(!memcmp(got, want, sizeof(got)), "chunk %d of %s differs", i, path);
+	}
+	cr_assert_eq(pread(fd, got, 1, (off_t)n << 18), 0, "%s is longer than %d chunks", path, n);
+	close(fd);
+}
+
+/* docs/fs.md, "Write-behind": a write of a whole chunk or more that leaves
+ * the file at max_dirty dirty chunks has them staged to extents after its
+ * answer (fs_behind_stages), so the writer's next request finds room and
+ * no early flush happens in its path; what is read back (through a second
+ * handle while the writer holds the file open, after close, and after a
+ * remount) is what was written. */
+Test(opts, whole_chunk_writes_are_staged_behind_the_answer, .init = mt_setup,
+     .fini = mt_teardown, .timeout = 150)
+{
+	static char buf[256 << 10];
+	char path[PATH_MAX + 16];
+
+	cr_assert_eq(up(NULL), 0);
+	snprintf(path, sizeof(path), "%s/wb", MNT);
+	int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert_geq(fd, 0, "create: %s", strerror(errno));
+	for (int i = 0; i < 3; i++) {
+		fill_chunk(buf, i);
+		cr_assert_eq(write(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	}
+	cr_assert_eq(mt_stat("fs_behind_stages"), 0, "staged behind before the file was full");
+	fill_chunk(buf, 3);
+	cr_assert_eq(write(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	cr_assert_eq(behind_stages_reach(1), 1, "4 whole chunks (max_dirty) were not staged behind");
+	for (int i = 4; i < 16; i++) {
+		fill_chunk(buf, i);
+		cr_assert_eq(write(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	}
+	cr_assert_eq(behind_stages_reach(4), 4, "16 whole chunks were not staged behind 4 at a time");
+	cr_assert_eq(mt_stat("fs_early_flushes"), 0,
+		     "a writer of whole chunks staged in its own path (fs_early_flushes)");
+	check_chunks(path, 16); /* staged, not committed: read through a second handle */
+	cr_assert_eq(close(fd), 0);
+	check_chunks(path, 16);
+	down();
+	cr_assert_eq(up(NULL), 0);
+	check_chunks(path, 16);
 	down();
 }
 
