@@ -866,6 +866,8 @@ int eng_stats(eng_db *db, struct eng_stats *st)
 	st->tables_unsealed = LD(st_tables_unsealed);
 	st->tables_packed = LD(st_tables_packed);
 	st->tables_frozen = LD(st_tables_frozen);
+	st->thaw_kept = LD(st_thaw_kept);
+	st->thaw_kept_bytes = LD(st_thaw_kept_bytes);
 	st->tables_repacked = LD(st_tables_repacked);
 	st->tables_in_place = LD(st_tables_in_place);
 	st->space_low = atomic_load(&db->space_low);

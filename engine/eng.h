@@ -169,6 +169,9 @@ struct eng_stats {
 	uint64_t tables_unsealed;         /* ... into slab space (node full, or small with
 					   * pack_tables off) */
 	uint64_t tables_frozen;           /* ... of them made read-only there (MN_OP_FREEZE) */
+	uint64_t thaw_kept, thaw_kept_bytes; /* freed table ranges the node would not make
+					      * writable again (MN_OP_THAW): not reused
+					      * until the next open */
 	uint64_t tables_packed;           /* small tables copied into a read-only packed run */
 	uint64_t tables_repacked;         /* ... of them, left in slab space first (node was full) */
 	uint64_t tables_in_place;         /* tables read in place, not by READ (local node) */

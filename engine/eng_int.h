@@ -489,6 +489,7 @@ struct eng_db {
 	_Atomic uint64_t st_gc_rewrites, st_gc_freed, st_gc_evacuations; /* engine/gc.c */
 	_Atomic uint64_t st_tables_sealed, st_tables_unsealed;            /* engine/flush.c */
 	_Atomic uint64_t st_tables_frozen;                                /* engine/pack.c */
+	_Atomic uint64_t st_thaw_kept, st_thaw_kept_bytes;                /* engine/pack.c */
 	_Atomic uint64_t st_tables_packed, st_tables_repacked;            /* engine/pack.c */
 	_Atomic uint64_t st_tables_in_place;                              /* engine/table.c */
 	_Atomic uint64_t snap_releases; /* the cleaner looks at tables again after one */
@@ -669,10 +670,16 @@ int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len);
  * writable by this mount until packed or compacted (tables_unsealed
  * counts those).  man_mu not held. */
 void eng_freeze_table(struct eng_db *db, uint64_t off, uint64_t len);
-/* Slab space of dead tables, before it is reused: writable again
- * (MN_OP_THAW).  0, or the error (logged; the space must not be reused).
- * man_mu may be held (an RPC, like the discard next to it). */
-int eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n);
+/* Slab space of dead tables, before it is reused: the n ranges of ex made
+ * writable again (MN_OP_THAW), in one call, or one by one if the node
+ * refuses that (a thaw that would split a frozen range of a slab at
+ * MN_FROZEN_PER_SLAB is refused, and a refused call thaws nothing), so a
+ * range that cannot be thawed does not hold back the others.  thawed[i]
+ * (n of them, the caller's) says which may be reused; the others must not
+ * be until the next open: how many, the return value, counted in
+ * st_thaw_kept(_bytes) and logged (rate-limited).  man_mu may be held (an
+ * RPC, like the discard next to it). */
+size_t eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n, bool *thawed);
 /* At a writable open: freeze every table of the current version that lies
  * in slab space (the node forgot them with the last lease). */
 void eng_freeze_live(struct eng_db *db);

@@ -257,19 +257,53 @@ void eng_freeze_table(struct eng_db *db, uint64_t off, uint64_t len)
 			   dkv_strerror(r));
 }
 
-int eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n)
+typedef int mn_range_op(struct mn_client *c, const struct mn_extent *ex, size_t n);
+
+/* op (mn_freeze, mn_thaw) on the n ranges of ex in one call; if the node
+ * refuses it, one by one, so that one range it cannot take (a slab at its
+ * bound of frozen ranges) does not hold back the others: ok[i] says which
+ * took.  The batch's error (0 if it took whole); -EOPNOTSUPP (an older
+ * node) with every ok[i] false and nothing retried. */
+static int range_batch(struct eng_db *db, mn_range_op *op, const struct mn_extent *ex, size_t n,
+		       bool *ok)
+{
+	int r = n ? op(db->mc, ex, n) : 0;
+
+	for (size_t i = 0; i < n; i++)
+		ok[i] = !r;
+	if (r && r != -EOPNOTSUPP && n > 1)
+		for (size_t i = 0; i < n; i++)
+			ok[i] = !op(db->mc, &ex[i], 1);
+	return r;
+}
+
+size_t eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n, bool *thawed)
 {
 	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
-	int r = n ? mn_thaw(db->mc, ex, n) : 0;
+	uint64_t bytes = 0;
+	size_t kept = 0;
+	int r = range_batch(db, mn_thaw, ex, n, thawed);
 
-	if (r == -EOPNOTSUPP) /* an older node: nothing is frozen there */
+	if (r == -EOPNOTSUPP) { /* an older node: nothing is frozen there */
+		for (size_t i = 0; i < n; i++)
+			thawed[i] = true;
 		return 0;
-	if (r)
-		dkv_log_rl(&rl, DKV_LOG_WARN,
-			   "freed table space could not be made writable again (%s); it is not "
-			   "reused until the next open",
-			   dkv_strerror(r));
-	return r;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!thawed[i]) {
+			kept++;
+			bytes += ex[i].len;
+		}
+	if (!kept)
+		return 0;
+	atomic_fetch_add(&db->st_thaw_kept, kept);
+	atomic_fetch_add(&db->st_thaw_kept_bytes, bytes);
+	dkv_log_rl(&rl, DKV_LOG_WARN,
+		   "%zu of %zu freed table ranges (%llu KiB) stay read-only: the memory node "
+		   "could not thaw them (%s); that space is not reused until the volume is "
+		   "opened again (remount it to get the space back sooner)",
+		   kept, n, (unsigned long long)((bytes + 1023) >> 10), dkv_strerror(r));
+	return kept;
 }
 
 #define FREEZE_BATCH 64
@@ -278,16 +312,12 @@ int eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n)
  * only the ones the node cannot freeze stay writable).  How many failed. */
 static size_t freeze_batch(struct eng_db *db, const struct mn_extent *ex, size_t n)
 {
+	bool ok[FREEZE_BATCH];
 	size_t fails = 0;
-	int r = n ? mn_freeze(db->mc, ex, n) : 0;
 
-	if (r == -EOPNOTSUPP)
-		return n;
-	if (r && n > 1)
-		for (size_t i = 0; i < n; i++)
-			fails += mn_freeze(db->mc, &ex[i], 1) != 0;
-	else if (r)
-		fails = n;
+	range_batch(db, mn_freeze, ex, n, ok);
+	for (size_t i = 0; i < n; i++)
+		fails += !ok[i];
 	return fails;
 }
 

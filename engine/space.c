@@ -98,12 +98,18 @@ void eng_space_sweep(struct eng_db *db)
 	free(ex);
 }
 
+/* Is pending piece x slab space of ours (to thaw, discard and reuse)? */
+static bool drain_slab(const struct eng_db *db, const struct eng_edit_table *x)
+{
+	return x->owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, x->off);
+}
+
 void eng_space_drain(struct eng_db *db)
 {
 	struct eng_edit_table *p;
 	struct mn_extent *node = NULL;
-	size_t n, nn = 0;
-	bool thawed;
+	bool *thawed = NULL;
+	size_t n, nn = 0, k;
 
 	pthread_mutex_lock(&db->free_mu);
 	p = db->pending;
@@ -115,27 +121,33 @@ void eng_space_drain(struct eng_db *db)
 		return;
 	db->space_checked_us = 0; /* space came back: the next low check looks */
 	node = calloc(n, sizeof(*node));
+	thawed = calloc(n, sizeof(*thawed));
+	if (!thawed) {
+		free(node);
+		node = NULL;
+	}
 	/* Slab pieces: thawed (they may be frozen tables: engine/pack.c) and
 	 * discarded first (done before they can be reused), then back to the
-	 * allocator; if the thaw fails they are not reused (the next open
-	 * has them back).  Node extents: freed by the node. */
+	 * allocator; a piece the node does not thaw is not reused (the next
+	 * open has it back), the others are.  thawed[k]: the k-th slab piece.
+	 * Node extents: freed by the node. */
 	for (size_t i = 0; i < n && node; i++)
-		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off))
+		if (drain_slab(db, &p[i]))
 			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
-	thawed = node && !eng_thaw(db, node, nn);
-	nn = 0;
+	if (node)
+		eng_thaw(db, node, nn, thawed);
+	nn = k = 0;
 	/* pages: slab space before it is reused, and a dead table's
 	 * bytes in a packed run, which stay allocated until its last table
 	 * goes (the node never writes there again) */
 	for (size_t i = 0; i < n && node; i++)
-		if ((p[i].owner == ENG_TABLE_SLAB && thawed && eng_alloc_owns(db->alloc, p[i].off)) ||
-		    p[i].owner == ENG_TABLE_PACKED)
+		if ((drain_slab(db, &p[i]) && thawed[k++]) || p[i].owner == ENG_TABLE_PACKED)
 			node[nn++] = (struct mn_extent){ p[i].off, p[i].len };
 	eng_space_discard(db, node, nn);
-	nn = 0;
+	nn = k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (p[i].owner == ENG_TABLE_SLAB && eng_alloc_owns(db->alloc, p[i].off)) {
-			if (thawed)
+		if (drain_slab(db, &p[i])) {
+			if (node && thawed[k++])
 				eng_alloc_put(db->alloc, p[i].off, p[i].len);
 		} else if (p[i].owner == ENG_TABLE_PACKED)
 			eng_pack_put(db, p[i].off);
@@ -144,6 +156,7 @@ void eng_space_drain(struct eng_db *db)
 	}
 	if (nn && mn_free_extents(db->mc, node, nn))
 		dkv_warn("could not free %zu node extents (reclaimed at the next open)", nn);
+	free(thawed);
 	free(node);
 	free(p);
 }
@@ -373,7 +386,9 @@ void eng_space_put(struct eng_db *db, uint64_t off, uint64_t len)
 
 void eng_space_put_table(struct eng_db *db, uint64_t off, uint64_t len)
 {
-	if (!eng_thaw(db, &(struct mn_extent){ off, len }, 1))
+	bool thawed;
+
+	if (!eng_thaw(db, &(struct mn_extent){ off, len }, 1, &thawed))
 		eng_space_put(db, off, len);
 }
 

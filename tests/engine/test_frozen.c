@@ -196,6 +196,41 @@ Test(frozen, a_full_node_freezes_what_it_cannot_pack_and_heals)
 	tnode_stop(&node);
 }
 
+/* The whole of the log file at path (the caller frees it). */
+static char *read_log(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text;
+	long sz;
+
+	cr_assert_not_null(f);
+	fseek(f, 0, SEEK_END);
+	sz = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)sz + 1);
+	cr_assert_eq(fread(text, 1, (size_t)sz, f), (size_t)sz);
+	fclose(f);
+	return text;
+}
+
+/* Log to the file named by the template logp; a 256 MiB node and a volume
+ * with 1 MiB memtables, packing and compaction off: every table stays in
+ * slab space, frozen there. */
+static void open_logged(char *logp, struct tnode *node, struct eng_options *o, eng_db **db)
+{
+	int fd = mkstemp(logp);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(dkv_log_to_file(logp), 0);
+	cr_assert_eq(tnode_start(node, 256u << 20, NULL, NULL), 0);
+	topts(o, node);
+	o->memtable_size = 1u << 20;
+	o->pack_tables = false;
+	o->compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(o, db), 0);
+}
+
 /* A slab holds at most MN_FROZEN_PER_SLAB (256) frozen ranges (memnode/
  * mn_proto.h).  A table past that stays in slab space writable by its own
  * mount: counted in tables_unsealed but not in tables_frozen, said in one
@@ -212,19 +247,8 @@ Test(frozen, a_slab_past_its_frozen_ranges_leaves_tables_writable_and_says_so)
 	struct eng_stats st;
 	unsigned left = 0;
 	eng_db *db;
-	FILE *f;
-	long sz;
-	int fd = mkstemp(logp);
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	cr_assert_eq(dkv_log_to_file(logp), 0);
-	cr_assert_eq(tnode_start(&node, 256u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 1u << 20;
-	o.pack_tables = false;
-	o.compaction = ENG_COMPACTION_OFF;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_logged(logp, &node, &o, &db);
 	for (unsigned i = 0; i < NFLUSH; i++) {
 		put_n(db, i * 2, 2);
 		cr_assert_eq(eng_flush(db), 0);
@@ -254,14 +278,7 @@ Test(frozen, a_slab_past_its_frozen_ranges_leaves_tables_writable_and_says_so)
 		     (unsigned long long)(st.tables_unsealed - st.tables_frozen));
 	for (unsigned i = 0; i < NFLUSH * 2; i++)
 		get_ok(db, i);
-	f = fopen(logp, "r");
-	cr_assert_not_null(f);
-	fseek(f, 0, SEEK_END);
-	sz = ftell(f);
-	rewind(f);
-	text = calloc(1, (size_t)sz + 1);
-	cr_assert_eq(fread(text, 1, (size_t)sz, f), (size_t)sz);
-	fclose(f);
+	text = read_log(logp);
 	const char *line = "a table stays writable by this mount in its slab space for now: the "
 			   "memory node could not freeze it (No space left on device)";
 	const char *hit = strstr(text, line);
@@ -275,6 +292,130 @@ Test(frozen, a_slab_past_its_frozen_ranges_leaves_tables_writable_and_says_so)
 	cr_assert_eq(eng_close(db), 0);
 	cr_assert_eq(eng_open(&o, &db), 0);
 	for (unsigned i = 0; i < NFLUSH * 2; i++)
+		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* The slab of db's space at off (it must be one of ours). */
+static struct mn_extent slab_of(eng_db *db, uint64_t off)
+{
+	for (size_t i = 0; i < db->nslabs; i++)
+		if (off >= db->slabs[i].off && off - db->slabs[i].off < db->slabs[i].len)
+			return db->slabs[i];
+	cr_assert_fail("%llu is in none of the volume's slabs", (unsigned long long)off);
+	return (struct mn_extent){ 0 };
+}
+
+/* Is [x.off, x.off+x.len) free in db's table allocator?  man_mu held. */
+static bool alloc_free(eng_db *db, struct mn_extent x)
+{
+	struct mn_extent fr[512];
+	size_t n = eng_alloc_free_list(db->alloc, 0, fr, 512);
+
+	cr_assert_lt(n, 512, "more free ranges than the test looks at");
+	for (size_t i = 0; i < n; i++)
+		if (x.off >= fr[i].off && x.off + x.len <= fr[i].off + fr[i].len)
+			return true;
+	return false;
+}
+
+static void pend(eng_db *db, struct mn_extent x)
+{
+	pthread_mutex_lock(&db->free_mu);
+	cr_assert_eq(eng_array_grow((void **)&db->pending, &db->pending_cap, db->npending + 1,
+				    sizeof(*db->pending)),
+		     0);
+	db->pending[db->npending++] =
+		(struct eng_edit_table){ 0, 0, x.off, x.len, ENG_TABLE_SLAB };
+	pthread_mutex_unlock(&db->free_mu);
+}
+
+/* THAW is all or nothing on the node, and a thaw that splits a frozen
+ * range of a slab at MN_FROZEN_PER_SLAB ranges is refused (memnode/
+ * mn_freeze.c).  One drain of dead table space mixes such a piece (M, the
+ * middle of three frozen side by side) with pieces that thaw cleanly (C1 a
+ * whole frozen range, C2 never frozen): those go back to the allocator in
+ * this mount, writable again; M stays frozen and out of the allocator,
+ * counted and logged once, and is back after a reopen.  The tables of the
+ * slab are read back whole throughout. */
+Test(frozen, a_refused_thaw_keeps_only_its_own_piece)
+{
+	char logp[] = "/tmp/dkv-thaw-log-XXXXXX", *text;
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct mn_extent blk, m, c1 = { 0 }, c2, s, f;
+	uint64_t before, after;
+	unsigned nf = 0;
+	int r = 0;
+	eng_db *db;
+
+	open_logged(logp, &node, &o, &db);
+	put_n(db, 0, 50);
+	cr_assert_eq(eng_flush(db), 0); /* a table frozen in the slab */
+	pthread_mutex_lock(&db->man_mu);
+	eng_space_drain(db);
+	blk.len = 3 * 4096;
+	cr_assert_eq(eng_space_get(db, blk.len, &blk.off), 0);
+	s = slab_of(db, blk.off);
+	cr_assert_eq(mn_freeze(db->mc, &blk, 1), 0);
+	m = (struct mn_extent){ blk.off + 4096, 4096 };
+	/* ranges of 64 bytes, 64 apart, until the slab is at its bound */
+	while (nf < 2 * MN_FROZEN_PER_SLAB) {
+		cr_assert_eq(eng_space_get(db, 128, &f.off), 0);
+		f.len = 64;
+		cr_assert_eq(slab_of(db, f.off).off, s.off, "the test's ranges left the slab");
+		r = mn_freeze(db->mc, &f, 1);
+		if (r)
+			break;
+		c1 = f;
+		nf++;
+	}
+	cr_assert_eq(r, -ENOSPC, "freeze %u: %s", nf, dkv_strerror(r));
+	cr_assert_gt(nf, 0);
+	c2 = (struct mn_extent){ f.off, 128 }; /* the one refused: not frozen */
+	cr_assert_eq(mn_thaw(db->mc, &m, 1), -ENOSPC, "the slab is not at its bound");
+	pend(db, m);
+	pend(db, c1);
+	pend(db, c2);
+	before = eng_alloc_free_bytes(db->alloc);
+	eng_space_drain(db);
+	after = eng_alloc_free_bytes(db->alloc);
+	cr_assert_eq(after - before, c1.len + c2.len,
+		     "the allocator got %llu bytes back of the %llu that thawed",
+		     (unsigned long long)(after - before), (unsigned long long)(c1.len + c2.len));
+	cr_assert(alloc_free(db, c1) && alloc_free(db, c2), "a thawed piece is not reusable");
+	cr_assert(!alloc_free(db, m), "the piece that stayed frozen would be reused");
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_eq(mn_write(db->mc, c1.off, "x", 1), 0, "a clean piece stayed frozen");
+	cr_assert_eq(mn_write(db->mc, c2.off, "x", 1), 0);
+	cr_assert_eq(mn_write(db->mc, m.off, "x", 1), -DKV_E_GRANT, "the refused piece thawed");
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.thaw_kept, 1);
+	cr_assert_eq(st.thaw_kept_bytes, m.len);
+	/* the thawed space is written again: one more flush */
+	put_n(db, 50, 50);
+	cr_assert_eq(eng_flush(db), 0);
+	for (unsigned i = 0; i < 100; i++)
+		get_ok(db, i);
+	text = read_log(logp);
+	const char *line = "1 of 3 freed table ranges (4 KiB) stay read-only: the memory node "
+			   "could not thaw them";
+
+	cr_assert_not_null(strstr(text, line), "the kept piece was not logged; the log holds: %s",
+			   text);
+	free(text);
+	unlink(logp);
+	cr_assert_eq(eng_close(db), 0);
+
+	/* reopened: the node forgot the frozen ranges, the allocator has M back */
+	cr_assert_eq(eng_open(&o, &db), 0);
+	pthread_mutex_lock(&db->man_mu);
+	cr_assert(alloc_free(db, m), "the refused piece's space is not back after a reopen");
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_eq(mn_write(db->mc, m.off, "x", 1), 0);
+	for (unsigned i = 0; i < 100; i++)
 		get_ok(db, i);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
