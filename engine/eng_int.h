@@ -31,6 +31,7 @@
 #include "common/ikey.h"
 #include "common/deadline.h"
 #include "common/iter.h"
+#include "common/ratelimit.h"
 #include "common/sst.h"
 #include "engine/eng.h"
 #include "memnode/mn_client.h"
@@ -382,6 +383,20 @@ struct eng_snapshot {
 	struct eng_snapshot *prev, *next;
 };
 
+/* The engine's repeatable warnings, each limited to one line a minute
+ * (db->rl): per db, so two volumes in one process each say theirs. */
+enum eng_rl {
+	ENG_RL_DISCARD,     /* eng_space_discard */
+	ENG_RL_DEFER,       /* eng_space_defer */
+	ENG_RL_PACK,        /* eng_pack */
+	ENG_RL_PACK_PUT,    /* eng_pack_put */
+	ENG_RL_PACK_SWEEP,  /* eng_pack_sweep */
+	ENG_RL_FREEZE,      /* eng_freeze_table */
+	ENG_RL_THAW,        /* eng_thaw */
+	ENG_RL_FREEZE_LIVE, /* eng_freeze_live */
+	ENG_RL_N
+};
+
 struct eng_db {
 	struct eng_options o;
 	char *memnode, *volume;
@@ -413,6 +428,7 @@ struct eng_db {
 	/* Tests: while set, no table is packed, as on a node that never has
 	 * a page to spare (engine/pack.c). */
 	atomic_bool test_no_pack;
+	struct dkv_ratelimit rl[ENG_RL_N]; /* enum eng_rl; each has its own lock */
 	atomic_bool test_gc_hold; /* tests: a cleaner step waits while set (a long step) */
 	atomic_bool test_gc_held; /* tests: the compaction thread waits in test_gc_hold */
 	atomic_bool unlogged;         /* some write skipped the WAL: close flushes */

@@ -271,6 +271,8 @@ int eng_open(const struct eng_options *o, eng_db **out)
 	pthread_mutex_init(&db->free_mu, NULL);
 	pthread_mutex_init(&db->reclaim_mu, NULL);
 	pthread_mutex_init(&db->blob_mu, NULL);
+	for (int i = 0; i < ENG_RL_N; i++)
+		dkv_ratelimit_init(&db->rl[i], 60000, 1);
 	{
 		/* a punch waits for the reads in flight, not for a stream of them */
 		pthread_rwlockattr_t ra;
@@ -450,6 +452,8 @@ int eng_close(eng_db *db)
 	pthread_mutex_destroy(&db->free_mu);
 	pthread_mutex_destroy(&db->reclaim_mu);
 	pthread_mutex_destroy(&db->blob_mu);
+	for (int i = 0; i < ENG_RL_N; i++)
+		dkv_ratelimit_release(&db->rl[i]);
 	pthread_rwlock_destroy(&db->blob_io);
 	pthread_cond_destroy(&db->flush_cv);
 	pthread_cond_destroy(&db->done_cv);

@@ -117,7 +117,6 @@ static int pack_copy(struct eng_db *db, uint64_t src, uint64_t len, uint64_t *no
 
 int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	uint64_t noff = 0;
 	int r = pack_copy(db, *off, len, &noff);
 
@@ -127,7 +126,7 @@ int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len)
 		pthread_mutex_unlock(&db->man_mu);
 		*off = noff;
 	} else if (r != -ENOSPC && r != -EOPNOTSUPP) {
-		dkv_log_rl(&rl, DKV_LOG_WARN,
+		dkv_log_rl(&db->rl[ENG_RL_PACK], DKV_LOG_WARN,
 			   "a small table stays in this mount's slab space, writable by it, "
 			   "for now: the memory node could not pack it (%s; tried again when idle)",
 			   dkv_strerror(r));
@@ -137,13 +136,12 @@ int eng_pack(struct eng_db *db, uint64_t *off, uint64_t len)
 
 void eng_pack_put(struct eng_db *db, uint64_t off)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	struct eng_prun *p = prun_of(db, off);
 
 	if (!p) {
 		/* the open could not list the volume's extents: the next one
 		 * frees the run as an orphan once all its tables are gone */
-		dkv_log_rl(&rl, DKV_LOG_WARN,
+		dkv_log_rl(&db->rl[ENG_RL_PACK_PUT], DKV_LOG_WARN,
 			   "a packed table's run is not known here; it is freed at the next open");
 		return;
 	}
@@ -213,7 +211,6 @@ static int repack(struct eng_db *db, int level, struct eng_table *t)
 
 void eng_pack_sweep(struct eng_db *db)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	struct eng_version *v;
 	int n = 0, r = 0;
 
@@ -235,7 +232,7 @@ void eng_pack_sweep(struct eng_db *db)
 		}
 	eng_version_unref(v);
 	if (r && r != -ENOSPC && r != -EOPNOTSUPP)
-		dkv_log_rl(&rl, DKV_LOG_WARN,
+		dkv_log_rl(&db->rl[ENG_RL_PACK_SWEEP], DKV_LOG_WARN,
 			   "a table in this mount's slab space could not be packed read-only: %s "
 			   "(tried again when the compaction thread is idle)",
 			   dkv_strerror(r));
@@ -245,13 +242,12 @@ void eng_pack_sweep(struct eng_db *db)
 
 void eng_freeze_table(struct eng_db *db, uint64_t off, uint64_t len)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	int r = mn_freeze(db->mc, &(struct mn_extent){ off, len }, 1);
 
 	if (!r)
 		atomic_fetch_add(&db->st_tables_frozen, 1);
 	else if (r != -EOPNOTSUPP)
-		dkv_log_rl(&rl, DKV_LOG_WARN,
+		dkv_log_rl(&db->rl[ENG_RL_FREEZE], DKV_LOG_WARN,
 			   "a table stays writable by this mount in its slab space for now: the "
 			   "memory node could not freeze it (%s)",
 			   dkv_strerror(r));
@@ -279,7 +275,6 @@ static int range_batch(struct eng_db *db, mn_range_op *op, const struct mn_exten
 
 size_t eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n, bool *thawed)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	uint64_t bytes = 0;
 	size_t kept = 0;
 	int r = range_batch(db, mn_thaw, ex, n, thawed);
@@ -298,11 +293,11 @@ size_t eng_thaw(struct eng_db *db, const struct mn_extent *ex, size_t n, bool *t
 		return 0;
 	atomic_fetch_add(&db->st_thaw_kept, kept);
 	atomic_fetch_add(&db->st_thaw_kept_bytes, bytes);
-	dkv_log_rl(&rl, DKV_LOG_WARN,
-		   "%zu of %zu freed table ranges (%llu KiB) stay read-only: the memory node "
-		   "could not thaw them (%s); that space is not reused until the volume is "
-		   "opened again (remount it to get the space back sooner)",
-		   kept, n, (unsigned long long)((bytes + 1023) >> 10), dkv_strerror(r));
+	dkv_log_rl(&db->rl[ENG_RL_THAW], DKV_LOG_WARN,
+		   "volume %s: %zu of %zu freed table ranges (%llu KiB) stay read-only: the "
+		   "memory node could not thaw them (%s); that space is not reused until the "
+		   "volume is opened again (remount it to get the space back sooner)",
+		   db->o.volume, kept, n, (unsigned long long)((bytes + 1023) >> 10), dkv_strerror(r));
 	return kept;
 }
 
@@ -323,7 +318,6 @@ static size_t freeze_batch(struct eng_db *db, const struct mn_extent *ex, size_t
 
 void eng_freeze_live(struct eng_db *db)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	const struct eng_version *v = db->current;
 	struct mn_extent ex[FREEZE_BATCH];
 	size_t fails = 0, n = 0, k = 0;
@@ -343,7 +337,7 @@ void eng_freeze_live(struct eng_db *db)
 		}
 	fails += freeze_batch(db, ex, k);
 	if (fails)
-		dkv_log_rl(&rl, DKV_LOG_WARN,
+		dkv_log_rl(&db->rl[ENG_RL_FREEZE_LIVE], DKV_LOG_WARN,
 			   "%zu of the %zu tables in this mount's slab space could not be frozen "
 			   "and stay writable by it until packed or compacted",
 			   fails, n);

@@ -25,7 +25,6 @@
 
 void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 	struct mn_extent *big = NULL;
 	size_t nb = 0;
 	int r;
@@ -39,7 +38,7 @@ void eng_space_discard(struct eng_db *db, const struct mn_extent *ex, size_t n)
 	}
 	r = nb ? mn_discard(db->mc, big, nb) : 0;
 	if (r)
-		dkv_log_rl(&rl, DKV_LOG_WARN,
+		dkv_log_rl(&db->rl[ENG_RL_DISCARD], DKV_LOG_WARN,
 			   "could not return freed slab space to the memory node's OS (%s); "
 			   "it is reused, but stays resident",
 			   dkv_strerror(r));
@@ -179,9 +178,8 @@ void eng_space_release_table(struct eng_db *db, int owner, uint64_t off, uint64_
 
 void eng_space_defer(struct eng_db *db, enum eng_defer_kind kind, uint64_t off, uint64_t len)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
 
-	dkv_log_rl(&rl, DKV_LOG_WARN,
+	dkv_log_rl(&db->rl[ENG_RL_DEFER], DKV_LOG_WARN,
 		   "a manifest write failed after it may have reached the memory node: the "
 		   "space it names is kept until the manifest is rewritten (nothing to do)");
 	if (eng_array_grow((void **)&db->deferred, &db->deferred_cap, db->ndeferred + 1,

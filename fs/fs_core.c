@@ -518,6 +518,7 @@ int fs_create(struct fs_kv *kv, const struct fs_opts *o, struct fs_ctx **out)
 	pthread_mutex_init(&fs->chunk_buf_mu, NULL);
 	pthread_mutex_init(&fs->root_lock, NULL);
 	dkv_ratelimit_init(&fs->err_rl, 10000, 10);
+	dkv_ratelimit_init(&fs->atime_rl, 60000, 1);
 	pthread_mutex_init(&fs->id_lock, NULL);
 	fs_rdplus_init(&fs->rdplus);
 	if (fs->opts.rename_batch_bytes < 1)
@@ -549,6 +550,7 @@ static void ctx_free(struct fs_ctx *fs)
 	pthread_mutex_destroy(&fs->open_lock);
 	pthread_mutex_destroy(&fs->root_lock);
 	dkv_ratelimit_release(&fs->err_rl);
+	dkv_ratelimit_release(&fs->atime_rl);
 	pthread_mutex_destroy(&fs->id_lock);
 	fs_rdplus_release(&fs->rdplus);
 	fs_chunk_bufs_release(fs);

@@ -77,8 +77,6 @@ static int add_trim(struct fs_ctx *fs, struct fs_inode *ino, struct fs_kv_batch 
 	return fs_chunks_walk(fs, ino->rec.data_id, ino->trim_from, trim_one, &t);
 }
 
-static struct dkv_ratelimit atime_rl = DKV_RATELIMIT_INIT(60000, 1);
-
 int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 {
 	if (!ino->dirty && ino->atime_dirty && !fs->opts.read_only) {
@@ -90,7 +88,7 @@ int fs_inode_commit(struct fs_ctx *fs, struct fs_inode *ino)
 		if (rc) {
 			ino->dirty = false;
 			FS_COUNT(fs, atime_dropped, 1);
-			dkv_log_rl(&atime_rl, DKV_LOG_WARN,
+			dkv_log_rl(&fs->atime_rl, DKV_LOG_WARN,
 				   "could not store an access time (%s): dropped; the file is intact",
 				   dkv_strerror(rc));
 		}

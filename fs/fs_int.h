@@ -179,6 +179,7 @@ struct fs_ctx {
 	struct stat root_st; /* root_lock */
 	bool root_known;     /* root_lock */
 	struct dkv_ratelimit err_rl; /* log lines of errors counted in fs_errors */
+	struct dkv_ratelimit atime_rl; /* an access time not stored: one line a minute */
 	/* Writer while a rename moves a large subtree in steps (fs_rename.c);
 	 * lookups and new listings read under it, so none sees half a move. */
 	pthread_rwlock_t move_lock;

@@ -247,8 +247,6 @@ static void map_rebuild(struct mn_region *r)
  * costs memory: logged, rate-limited. */
 static int discard_range(struct mn_region *r, uint64_t off, uint64_t len)
 {
-	static struct dkv_ratelimit rl = DKV_RATELIMIT_INIT(60000, 1);
-
 	if (!len)
 		return 0;
 	if (madvise(r->base + off, len, MADV_REMOVE) == 0 ||
@@ -257,7 +255,7 @@ static int discard_range(struct mn_region *r, uint64_t off, uint64_t len)
 		r->discarded_bytes += len;
 		return 0;
 	}
-	dkv_log_rl(&rl, DKV_LOG_WARN,
+	dkv_log_rl(&r->discard_rl, DKV_LOG_WARN,
 		   "region: could not return freed memory to the OS (%s); it is reused, "
 		   "but the backing file keeps its size on disk",
 		   strerror(errno));
@@ -327,6 +325,7 @@ int mn_region_open(struct mn_region *r, const char *backing, uint64_t size)
 
 	memset(r, 0, sizeof(*r));
 	r->fd = -1;
+	dkv_ratelimit_init(&r->discard_rl, 60000, 1);
 	if (size % MN_PAGE_SIZE)
 		size += MN_PAGE_SIZE - size % MN_PAGE_SIZE;
 	if (size < MN_MIN_SIZE || size > MN_MAX_SIZE)
@@ -420,6 +419,7 @@ void mn_region_close(struct mn_region *r)
 	r->owner = NULL;
 	r->kind = NULL;
 	r->run = NULL;
+	dkv_ratelimit_release(&r->discard_rl);
 }
 
 int mn_vol_find(const struct mn_region *r, const char *name)

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ratelimit.h"
 #include "memnode/mn_client.h"
 #include "memnode/mn_proto.h"
 
@@ -65,6 +66,7 @@ struct mn_region {
 	uint32_t *run;
 	uint64_t used_pages, slab_pages, node_pages;
 	uint64_t discarded_bytes; /* freed pages returned to the OS so far */
+	struct dkv_ratelimit discard_rl; /* a failed discard: one line a minute */
 	struct mn_vol vols[MN_MAX_VOLUMES];
 };
 

@@ -339,28 +339,24 @@ static void pend(eng_db *db, struct mn_extent x)
  * this mount, writable again; M stays frozen and out of the allocator,
  * counted and logged once, and is back after a reopen.  The tables of the
  * slab are read back whole throughout. */
-Test(frozen, a_refused_thaw_keeps_only_its_own_piece)
+/* One drain the node refuses to thaw whole (comment below): *m the piece
+ * that must split, *c1 a whole frozen range, *c2 never frozen, all in one
+ * slab at MN_FROZEN_PER_SLAB.  How many bytes the allocator got back.
+ * man_mu held. */
+static uint64_t drain_at_the_bound(eng_db *db, struct mn_extent *m, struct mn_extent *c1,
+				   struct mn_extent *c2)
 {
-	char logp[] = "/tmp/dkv-thaw-log-XXXXXX", *text;
-	struct tnode node;
-	struct eng_options o;
-	struct eng_stats st;
-	struct mn_extent blk, m, c1 = { 0 }, c2, s, f;
-	uint64_t before, after;
+	struct mn_extent blk, s, f;
+	uint64_t before;
 	unsigned nf = 0;
 	int r = 0;
-	eng_db *db;
 
-	open_logged(logp, &node, &o, &db);
-	put_n(db, 0, 50);
-	cr_assert_eq(eng_flush(db), 0); /* a table frozen in the slab */
-	pthread_mutex_lock(&db->man_mu);
 	eng_space_drain(db);
 	blk.len = 3 * 4096;
 	cr_assert_eq(eng_space_get(db, blk.len, &blk.off), 0);
 	s = slab_of(db, blk.off);
 	cr_assert_eq(mn_freeze(db->mc, &blk, 1), 0);
-	m = (struct mn_extent){ blk.off + 4096, 4096 };
+	*m = (struct mn_extent){ blk.off + 4096, 4096 };
 	/* ranges of 64 bytes, 64 apart, until the slab is at its bound */
 	while (nf < 2 * MN_FROZEN_PER_SLAB) {
 		cr_assert_eq(eng_space_get(db, 128, &f.off), 0);
@@ -369,22 +365,46 @@ Test(frozen, a_refused_thaw_keeps_only_its_own_piece)
 		r = mn_freeze(db->mc, &f, 1);
 		if (r)
 			break;
-		c1 = f;
+		*c1 = f;
 		nf++;
 	}
 	cr_assert_eq(r, -ENOSPC, "freeze %u: %s", nf, dkv_strerror(r));
 	cr_assert_gt(nf, 0);
-	c2 = (struct mn_extent){ f.off, 128 }; /* the one refused: not frozen */
-	cr_assert_eq(mn_thaw(db->mc, &m, 1), -ENOSPC, "the slab is not at its bound");
-	pend(db, m);
-	pend(db, c1);
-	pend(db, c2);
+	*c2 = (struct mn_extent){ f.off, 128 }; /* the one refused: not frozen */
+	cr_assert_eq(mn_thaw(db->mc, m, 1), -ENOSPC, "the slab is not at its bound");
+	pend(db, *m);
+	pend(db, *c1);
+	pend(db, *c2);
 	before = eng_alloc_free_bytes(db->alloc);
 	eng_space_drain(db);
-	after = eng_alloc_free_bytes(db->alloc);
-	cr_assert_eq(after - before, c1.len + c2.len,
-		     "the allocator got %llu bytes back of the %llu that thawed",
-		     (unsigned long long)(after - before), (unsigned long long)(c1.len + c2.len));
+	return eng_alloc_free_bytes(db->alloc) - before;
+}
+
+/* THAW is all or nothing on the node, and a thaw that splits a frozen
+ * range of a slab at MN_FROZEN_PER_SLAB ranges is refused (memnode/
+ * mn_freeze.c).  One drain of dead table space mixes such a piece (M, the
+ * middle of three frozen side by side) with pieces that thaw cleanly (C1 a
+ * whole frozen range, C2 never frozen): those go back to the allocator in
+ * this mount, writable again; M stays frozen and out of the allocator,
+ * counted and logged once, and is back after a reopen.  The tables of the
+ * slab are read back whole throughout. */
+Test(frozen, a_refused_thaw_keeps_only_its_own_piece)
+{
+	char logp[] = "/tmp/dkv-thaw-log-XXXXXX", *text;
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct mn_extent m, c1 = { 0 }, c2;
+	uint64_t got;
+	eng_db *db;
+
+	open_logged(logp, &node, &o, &db);
+	put_n(db, 0, 50);
+	cr_assert_eq(eng_flush(db), 0); /* a table frozen in the slab */
+	pthread_mutex_lock(&db->man_mu);
+	got = drain_at_the_bound(db, &m, &c1, &c2);
+	cr_assert_eq(got, c1.len + c2.len, "the allocator got %llu bytes back of the %llu that thawed",
+		     (unsigned long long)got, (unsigned long long)(c1.len + c2.len));
 	cr_assert(alloc_free(db, c1) && alloc_free(db, c2), "a thawed piece is not reusable");
 	cr_assert(!alloc_free(db, m), "the piece that stayed frozen would be reused");
 	pthread_mutex_unlock(&db->man_mu);
@@ -400,8 +420,8 @@ Test(frozen, a_refused_thaw_keeps_only_its_own_piece)
 	for (unsigned i = 0; i < 100; i++)
 		get_ok(db, i);
 	text = read_log(logp);
-	const char *line = "1 of 3 freed table ranges (4 KiB) stay read-only: the memory node "
-			   "could not thaw them";
+	const char *line = "volume t: 1 of 3 freed table ranges (4 KiB) stay read-only: the "
+			   "memory node could not thaw them";
 
 	cr_assert_not_null(strstr(text, line), "the kept piece was not logged; the log holds: %s",
 			   text);
@@ -417,6 +437,37 @@ Test(frozen, a_refused_thaw_keeps_only_its_own_piece)
 	cr_assert_eq(mn_write(db->mc, m.off, "x", 1), 0);
 	for (unsigned i = 0; i < 100; i++)
 		get_ok(db, i);
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
+/* The engine's rate-limited lines are per volume (db->rl): two volumes in
+ * one process each log their own refused thaw in the same minute. */
+Test(frozen, two_volumes_in_one_process_each_log_their_refused_thaw)
+{
+	char logp[] = "/tmp/dkv-thaw2-log-XXXXXX", *text;
+	struct tnode node;
+	struct eng_options o, o2;
+	struct mn_extent m, c1 = { 0 }, c2;
+	eng_db *db, *db2;
+
+	open_logged(logp, &node, &o, &db);
+	o2 = o;
+	o2.volume = "u";
+	cr_assert_eq(eng_open(&o2, &db2), 0);
+	pthread_mutex_lock(&db->man_mu);
+	drain_at_the_bound(db, &m, &c1, &c2);
+	pthread_mutex_unlock(&db->man_mu);
+	pthread_mutex_lock(&db2->man_mu);
+	drain_at_the_bound(db2, &m, &c1, &c2);
+	pthread_mutex_unlock(&db2->man_mu);
+	text = read_log(logp);
+	cr_assert_not_null(strstr(text, "volume t: 1 of 3 freed table ranges"), "%s", text);
+	cr_assert_not_null(strstr(text, "volume u: 1 of 3 freed table ranges"),
+			   "the second volume's refused thaw was not logged: %s", text);
+	free(text);
+	unlink(logp);
+	cr_assert_eq(eng_close(db2), 0);
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
