@@ -55,7 +55,9 @@ int eng_compaction_pace(struct eng_db *db, bool deletes_only);
 /* eng_compact_all: flush, then merge every level down into the deepest
  * non-empty one, and wait: without end (timeout_ms 0), or at most about
  * timeout_ms, then -ETIMEDOUT while the compaction goes on (the write
- * path's reclaim on a full volume).  0 or the first error. */
+ * path's reclaim on a full volume).  0 or the first error; -EAGAIN (and
+ * one line logged) when a pass of ENG_LEVELS merges moved no table down
+ * and shrank no level: the picker does not converge, and it stopped. */
 int eng_compaction_all(struct eng_db *db, int timeout_ms);
 
 /* The cleaner (engine/gc.c): while the volume is full, tables rewritten

@@ -335,7 +335,10 @@ int comp_pick_manual(struct eng_db *db, struct pick *p)
 	for (int l = 0; l < deepest; l++) {
 		if (!v->nfiles[l])
 			continue;
-		if (l == 0)
+		if (l == 0 && atomic_load(&db->test_pick_leave_oldest_l0))
+			for (size_t k = v->nfiles[0] - 1; k > 0 && !r; k--) /* a broken picker */
+				r = pick_push(p, v->files[0][k - 1]);
+		else if (l == 0)
 			r = pick_l0_through(v, p, v->files[0][0]); /* all of it */
 		for (size_t i = 0; l > 0 && i < v->nfiles[l] && !r; i++)
 			r = pick_push(p, v->files[l][i]);

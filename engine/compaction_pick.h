@@ -30,6 +30,7 @@ struct eng_compaction {
 	uint64_t done;           /* mu: compactions finished (or failed) */
 	int last_err;            /* mu */
 	struct dkv_ratelimit fail_rl; /* a full node fails every retry: one line per 30 s */
+	struct dkv_ratelimit stuck_rl; /* compact_all stopped (no progress): one a minute */
 	atomic_bool cancel;
 	struct eng_gc *gc;       /* the cleaner (engine/gc.c) */
 	/* thread only */

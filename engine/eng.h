@@ -145,7 +145,9 @@ void eng_iter_destroy(eng_iter *it); /* NULL ok */
 int eng_flush(eng_db *db);
 /* Make every write so far durable (WAL in memory-node memory, msync'ed). */
 int eng_sync(eng_db *db);
-/* Compact everything into the last level and wait (dkvfs-ctl compact). */
+/* Compact everything into the last level and wait (dkvfs-ctl compact).
+ * 0, the first error, or -EAGAIN when it stopped making progress (a pass
+ * of merges moved no table down and shrank no level; logged, a bug). */
 int eng_compact_all(eng_db *db);
 
 struct eng_stats {

@@ -428,6 +428,10 @@ struct eng_db {
 	/* Tests: while set, no table is packed, as on a node that never has
 	 * a page to spare (engine/pack.c). */
 	atomic_bool test_no_pack;
+	/* Tests: while set, compact_all's picks leave the oldest L0 table out,
+	 * as a past picker bug did: it never converges (engine/compaction.c
+	 * stops it). */
+	atomic_bool test_pick_leave_oldest_l0;
 	struct dkv_ratelimit rl[ENG_RL_N]; /* enum eng_rl; each has its own lock */
 	atomic_bool test_gc_hold; /* tests: a cleaner step waits while set (a long step) */
 	atomic_bool test_gc_held; /* tests: the compaction thread waits in test_gc_hold */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/log.h"
 #include "engine/compaction_int.h"
 #include "engine/eng_int.h" /* ENG_LEVELS */
 #include "engine/eng.h"
@@ -88,6 +89,44 @@ static inline void compact_all_ok(eng_db *db)
 	int r = compact_all_by(db, COMPACT_ALL_S);
 
 	cr_assert_eq(r, 0, "eng_compact_all: %s", dkv_strerror(r));
+}
+
+/* Send the log to a new file named by the template path (mkstemp). */
+static inline void log_to_temp(char *path)
+{
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(dkv_log_to_file(path), 0);
+}
+
+/* The whole of the log file at path (the caller frees it). */
+static inline char *read_log(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text;
+	long sz;
+
+	cr_assert_not_null(f);
+	fseek(f, 0, SEEK_END);
+	sz = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)sz + 1);
+	cr_assert_eq(fread(text, 1, (size_t)sz, f), (size_t)sz);
+	fclose(f);
+	return text;
+}
+
+/* The log file at path says line exactly once (a rate-limited line). */
+static inline void log_says_once(const char *path, const char *line)
+{
+	char *text = read_log(path);
+	const char *hit = strstr(text, line);
+
+	cr_assert_not_null(hit, "the log does not say \"%s\"; it holds: %s", line, text);
+	cr_assert_null(strstr(hit + 1, line), "the log says \"%s\" more than once", line);
+	free(text);
 }
 
 /* Deterministic key for index i: unique fixed-width prefix (order = i) plus a
