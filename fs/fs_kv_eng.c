@@ -142,7 +142,7 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		"\ncleaner_rewrites: %" PRIu64 "\ncleaner_freed_bytes: %" PRIu64
 		"\ncleaner_evacuations: %" PRIu64 "\nslab_discards: %" PRIu64
 		"\ntables_sealed: %" PRIu64 "\ntables_unsealed: %" PRIu64
-		"\ntables_frozen: %" PRIu64 "\ntables_packed: %" PRIu64 "\ntables_repacked: %" PRIu64
+		"\ntables_frozen: %" PRIu64 "\nthaw_kept: %" PRIu64 "\nthaw_kept_bytes: %" PRIu64 "\ntables_packed: %" PRIu64 "\ntables_repacked: %" PRIu64
 		"\ntables_in_place: %" PRIu64 "\nvolume_full: %" PRIu64 "\nvolume_full_events: %" PRIu64
 		"\nmemtable_bytes: %" PRIu64 "\nimmutables: %" PRIu64 "\ntables: %" PRIu64
 		"\ntable_bytes: %" PRIu64 "\nlive_keys_estimate: %" PRIu64
@@ -162,7 +162,7 @@ static size_t ke_stats(struct fs_kv *kv, char *buf, size_t cap)
 		s.compaction_bytes_read, s.compaction_bytes_written, s.compaction_net_bytes,
 		s.delete_flushes, s.tombstone_compactions, s.gc_rewrites, s.gc_freed_bytes,
 		s.gc_evacuations, s.discards, s.tables_sealed, s.tables_unsealed,
-		s.tables_frozen, s.tables_packed, s.tables_repacked, s.tables_in_place, s.space_low, s.space_low_events,
+		s.tables_frozen, s.thaw_kept, s.thaw_kept_bytes, s.tables_packed, s.tables_repacked, s.tables_in_place, s.space_low, s.space_low_events,
 		s.memtable_bytes, s.immutables, s.tables, s.table_bytes, s.live_keys_estimate,
 		s.index_cache_bytes, s.index_cache_keys, s.node_capacity, s.node_used, s.node_down,
 		s.node_downs, s.node_fast_fails, s.blob_puts, s.blob_put_bytes, s.blob_gets,
