@@ -81,6 +81,7 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
  * then (the unmount has released what it waited for). */
 static void op_destroy(void *data)
 {
+	fs_behind_stop(data); /* done already when the loop ended normally */
 	fs_alias_stop(data);
 }
 
