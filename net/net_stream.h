@@ -35,6 +35,8 @@
 #define NS_READ_QUEUE_ALL ((size_t)1 << 30)
 /* READ reply bytes queued and not yet sent, in this process. */
 size_t ns_read_queued_all(void);
+/* READs checked and waiting for room in those budgets, in this process. */
+unsigned ns_read_waiting_all(void);
 /* The largest operation: RDMA's 2 GiB message limit. */
 #define NS_MAX_LEN (1u << 31)
 

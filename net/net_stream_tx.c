@@ -227,6 +227,11 @@ size_t ns_read_queued_all(void)
 	return atomic_load(&rd_queued_all);
 }
 
+unsigned ns_read_waiting_all(void)
+{
+	return atomic_load(&rd_waiters);
+}
+
 bool ns_read_budget_take(struct ns_conn *c, size_t len)
 {
 	if (reserve_both(c, len))
