@@ -545,6 +545,7 @@ struct held_call {
 	struct rpc_arg *a;
 	uint32_t ms;
 	int r;
+	atomic_bool done; /* r is set */
 };
 
 static void *held_call_main(void *p)
@@ -555,6 +556,7 @@ static void *held_call_main(void *p)
 
 	put_u32(req, h->ms);
 	h->r = rpc_call_timeout(h->ch, 4, req, 4, h->a, rep, sizeof(rep), &rl, 5 * h->ms + 10000);
+	atomic_store(&h->done, true);
 	return NULL;
 }
 
@@ -588,14 +590,20 @@ Test(rpc, argument_memory_is_bounded_per_connection, .timeout = 60)
 	for (int i = 0; i < HELD; i++) {
 		/* held by the late thread until the test releases them (at
 		 * most 20 s each: it answers them one after another) */
-		h[i] = (struct held_call){c1, &a, 20000u * (unsigned)test_time_scale(), -1};
+		h[i] = (struct held_call){c1, &a, 20000u * (unsigned)test_time_scale(), -1, false};
 		cr_assert_eq(pthread_create(&th[i], NULL, held_call_main, &h[i]), 0);
 	}
 	/* all four pulled and held (a sleep here was too short under TSan,
 	 * where pulling 256 MiB outlasted the first call's hold) */
 	uint64_t end = mt_now_ms() + 20000ull * (uint64_t)test_time_scale();
-	while (atomic_load(&t.held) < HELD && mt_now_ms() < end)
+	int early = -1; /* a call that ended before all were held: it never will be */
+	while (atomic_load(&t.held) < HELD && early < 0 && mt_now_ms() < end) {
 		usleep(1000);
+		for (int i = 0; i < HELD && early < 0; i++)
+			early = atomic_load(&h[i].done) ? i : -1;
+	}
+	cr_assert_lt(early, 0, "held call %d ended before all %d were held: %s", early, HELD,
+		     early < 0 ? "" : dkv_strerror(h[early].r));
 	cr_assert_eq(atomic_load(&t.held), HELD, "the held calls did not all arrive in 20 s");
 	cr_assert_eq(rpc_call(c1, 1, "x", 1, &a, rep, sizeof(rep), &rl), -EBUSY,
 		     "a fifth 64 MiB argument on a connection holding 256 MiB");
