@@ -153,6 +153,10 @@ struct rpc_server_opts {
 	 * connection: at most RPC_CONN_ARG_BUDGET); a call beyond it is answered
 	 * -EBUSY without pulling.  0: RPC_SERVER_ARG_BUDGET. */
 	size_t arg_budget;
+	/* op_timeout_ms of the connections it accepts (net_conn_opts; 0: the
+	 * transport's default, 5000): a pulled argument that does not arrive
+	 * in that time breaks its connection. */
+	int op_timeout_ms;
 };
 #define RPC_SERVER_ARG_BUDGET (1ull << 30)
 

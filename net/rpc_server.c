@@ -93,6 +93,7 @@ struct rpc_server {
 
 	atomic_uint_fast64_t requests, bad_requests;
 	size_t arg_budget;
+	int op_timeout_ms; /* of accepted conns; 0: net's default */
 	atomic_size_t arg_bytes; /* pulled arguments held by all calls */
 };
 
@@ -433,7 +434,8 @@ static void srv_accept_one(struct rpc_listener *L, struct net_conn_req *req)
 		goto out_reject;
 	if (net_reg_mr(L->dom, sc->mem, sc->mem_len, NET_ACCESS_LOCAL_WRITE, &sc->mr))
 		goto out_reject;
-	rc = net_accept(req, NULL, rpriv, rlen, &sc->conn);
+	rc = net_accept(req, &(struct net_conn_opts){ .op_timeout_ms = s->op_timeout_ms }, rpriv,
+			rlen, &sc->conn);
 	req = NULL;
 	if (rc)
 		goto out_free;
@@ -524,6 +526,7 @@ int rpc_server_create(const struct rpc_server_opts *o, struct rpc_server **out)
 	snprintf(s->name, sizeof(s->name), "%s", o->name ? o->name : "rpc");
 	s->nthreads = o->threads > 0 ? o->threads : 2;
 	s->arg_budget = o->arg_budget ? o->arg_budget : RPC_SERVER_ARG_BUDGET;
+	s->op_timeout_ms = o->op_timeout_ms;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->workers = calloc((size_t)s->nthreads, sizeof(*s->workers));

@@ -114,8 +114,11 @@ static const struct rpc_server_ops t_ops = { .on_connect = t_on_connect, .handle
 
 static void tsrv_start_budget(struct tsrv *t, size_t arg_budget)
 {
+	/* op timeout scaled: a client slow to send the 64 MiB arguments the
+	 * server pulls (ThreadSanitizer, a loaded machine) is not a dead one */
 	struct rpc_server_opts o = { .ops = &t_ops, .user = t, .threads = 2, .name = "t",
-				     .arg_budget = arg_budget };
+				     .arg_budget = arg_budget,
+				     .op_timeout_ms = 5000 * test_time_scale() };
 
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->mu, NULL);
@@ -150,7 +153,11 @@ static struct rpc_chan *t_connect(struct net_domain *d, const char *addr)
 	uint8_t rp[NET_PRIV_MAX];
 	size_t rl = sizeof(rp);
 
-	cr_assert_eq(net_connect(d, addr, NULL, "hi", 2, &conn, rp, &rl), 0);
+	/* scaled: a peer slow to send what the server pulls (64 MiB
+	 * arguments under ThreadSanitizer) is not a dead one */
+	struct net_conn_opts o = { .op_timeout_ms = 5000 * test_time_scale() };
+
+	cr_assert_eq(net_connect(d, addr, &o, "hi", 2, &conn, rp, &rl), 0);
 	cr_assert_eq(rpc_chan_create(d, conn, 3000, &ch), 0);
 	return ch;
 }
