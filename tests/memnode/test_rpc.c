@@ -482,71 +482,8 @@ Test(rpc, slow_handler_and_per_call_timeout, .timeout = 30)
 	tsrv_stop(&t);
 }
 
-/* Pulled arguments are bounded for the whole server, not only per
- * connection: with a 3 MiB budget, a slow call holding 2 MiB makes a second
- * 2 MiB call from another connection fail with -EBUSY (nothing pulled),
- * and once the first is done the second goes through. */
-struct slow_call {
-	struct rpc_chan *ch;
-	struct rpc_arg *a;
-	int r;
-};
-
-static void *slow_call_main(void *p)
-{
-	struct slow_call *s = p;
-	uint8_t req[4], rep[64];
-	size_t rl;
-
-	put_u32(req, 800);
-	s->r = rpc_call_timeout(s->ch, 4, req, 4, s->a, rep, sizeof(rep), &rl, 5000);
-	return NULL;
-}
-
-Test(rpc, argument_memory_is_bounded_for_all_connections, .timeout = 30)
-{
-	struct tsrv t;
-	struct net_domain *d;
-	struct rpc_chan *c1, *c2;
-	struct net_mr *mr;
-	size_t alen = 2u << 20;
-	uint8_t *arg = calloc(1, alen), rep[64];
-	size_t rl;
-	pthread_t th;
-
-	tsrv_start_budget(&t, 3u << 20);
-	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
-	c1 = t_connect(d, t.addr);
-	c2 = t_connect(d, t.addr);
-	cr_assert_eq(net_reg_mr(d, arg, alen, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &mr),
-		     0);
-	struct rpc_arg a = { arg, alen, mr->rkey };
-	struct slow_call s = { c1, &a, -1 };
-	cr_assert_eq(pthread_create(&th, NULL, slow_call_main, &s), 0);
-	usleep(300 * 1000); /* the slow call holds its 2 MiB */
-	cr_assert_eq(rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl), -EBUSY,
-		     "a second 2 MiB argument beyond the server's 3 MiB");
-	cr_assert_eq(rpc_call(c2, 1, "x", 1, NULL, rep, sizeof(rep), &rl), 0, "no argument: fine");
-	pthread_join(th, NULL);
-	cr_assert_eq(s.r, 7);
-	/* The server lets go of the argument once its reply is out (the send
-	 * completed), a moment after the client saw it. */
-	int r = -EBUSY;
-	for (int i = 0; i < 200 && r == -EBUSY; i++) {
-		r = rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl);
-		if (r == -EBUSY)
-			usleep(5000);
-	}
-	cr_assert_eq(r, 0, "room again: %s", dkv_strerror(r));
-	cr_assert_eq(get_u32(rep), alen);
-	rpc_chan_unref(c1);
-	rpc_chan_unref(c2);
-	net_dereg_mr(mr);
-	free(arg);
-	net_domain_destroy(d);
-	tsrv_stop(&t);
-}
-
+/* A call of op 4 the server's late thread holds for ms, or until the test
+ * sets t.release; done once r is set. */
 struct held_call {
 	struct rpc_chan *ch;
 	struct rpc_arg *a;
@@ -565,6 +502,63 @@ static void *held_call_main(void *p)
 	h->r = rpc_call_timeout(h->ch, 4, req, 4, h->a, rep, sizeof(rep), &rl, 5 * h->ms + 10000);
 	atomic_store(&h->done, true);
 	return NULL;
+}
+
+/* Pulled arguments are bounded for the whole server, not only per
+ * connection: with a 3 MiB budget, a slow call holding 2 MiB makes a second
+ * 2 MiB call from another connection fail with -EBUSY (nothing pulled),
+ * and once the first is done the second goes through. */
+Test(rpc, argument_memory_is_bounded_for_all_connections, .timeout = 30)
+{
+	struct tsrv t;
+	struct net_domain *d;
+	struct rpc_chan *c1, *c2;
+	struct net_mr *mr;
+	size_t alen = 2u << 20;
+	uint8_t *arg = calloc(1, alen), rep[64];
+	size_t rl;
+	pthread_t th;
+
+	tsrv_start_budget(&t, 3u << 20);
+	cr_assert_eq(net_domain_create(MT_TRANSPORT, &d), 0);
+	c1 = t_connect(d, t.addr);
+	c2 = t_connect(d, t.addr);
+	cr_assert_eq(net_reg_mr(d, arg, alen, NET_ACCESS_LOCAL_WRITE | NET_ACCESS_REMOTE_READ, &mr),
+		     0);
+	struct rpc_arg a = { arg, alen, mr->rkey };
+	struct held_call s = { c1, &a, 20000u * (unsigned)test_time_scale(), -1, false };
+	cr_assert_eq(pthread_create(&th, NULL, held_call_main, &s), 0);
+	/* the slow call pulled and holds its 2 MiB until released (a fixed
+	 * 300 ms sleep, against a hold of 800 ms, raced both ends on a loaded
+	 * machine, as in argument_memory_is_bounded_per_connection) */
+	uint64_t end = mt_now_ms() + 20000ull * (uint64_t)test_time_scale();
+	while (atomic_load(&t.held) < 1 && !atomic_load(&s.done) && mt_now_ms() < end)
+		usleep(1000);
+	cr_assert(!atomic_load(&s.done), "the slow call ended before it was held: %s",
+		  dkv_strerror(s.r));
+	cr_assert_eq(atomic_load(&t.held), 1, "the slow call did not arrive in 20 s");
+	cr_assert_eq(rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl), -EBUSY,
+		     "a second 2 MiB argument beyond the server's 3 MiB");
+	cr_assert_eq(rpc_call(c2, 1, "x", 1, NULL, rep, sizeof(rep), &rl), 0, "no argument: fine");
+	atomic_store(&t.release, true);
+	pthread_join(th, NULL);
+	cr_assert_eq(s.r, 7);
+	/* The server lets go of the argument once its reply is out (the send
+	 * completed), a moment after the client saw it. */
+	int r = -EBUSY;
+	for (int i = 0; i < 200 * test_time_scale() && r == -EBUSY; i++) {
+		r = rpc_call(c2, 1, "x", 1, &a, rep, sizeof(rep), &rl);
+		if (r == -EBUSY)
+			usleep(5000);
+	}
+	cr_assert_eq(r, 0, "room again: %s", dkv_strerror(r));
+	cr_assert_eq(get_u32(rep), alen);
+	rpc_chan_unref(c1);
+	rpc_chan_unref(c2);
+	net_dereg_mr(mr);
+	free(arg);
+	net_domain_destroy(d);
+	tsrv_stop(&t);
 }
 
 /* One connection holds at most RPC_CONN_ARG_BUDGET (256 MiB) of pulled
