@@ -34,7 +34,6 @@
  * later step fails here, else by the orphan sweep at the next open).
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -660,9 +659,8 @@ done:
 
 /* ---------------------------------------------------------------- thread */
 
-/* Pick and run one compaction: 1 done, 0 nothing to do, <0 error.
- * *took (if set): the pick had tables of its own level to take down. */
-static int compact_once(struct eng_db *db, bool manual, bool *took)
+/* compaction_pick.h */
+int comp_once(struct eng_db *db, bool manual, bool *took)
 {
 	struct pick p = { 0 };
 	int r;
@@ -684,77 +682,6 @@ static int compact_once(struct eng_db *db, bool manual, bool *took)
 	eng_space_trim(db);
 	pthread_mutex_unlock(&db->man_mu);
 	return r ? r : 1;
-}
-
-/* The tables and bytes of each level of db->current: how compact_all
- * sees progress. */
-struct shape {
-	uint64_t n[ENG_LEVELS], bytes[ENG_LEVELS];
-};
-
-static void shape_of(struct eng_db *db, struct shape *s)
-{
-	pthread_mutex_lock(&db->mu);
-	for (int l = 0; l < ENG_LEVELS; l++) {
-		s->n[l] = db->current->nfiles[l];
-		s->bytes[l] = 0;
-		for (size_t i = 0; i < s->n[l]; i++)
-			s->bytes[l] += db->current->files[l][i]->len;
-	}
-	pthread_mutex_unlock(&db->mu);
-}
-
-/* Did any level lose a table or a byte from a to b? */
-static bool shape_shrank(const struct shape *a, const struct shape *b)
-{
-	for (int l = 0; l < ENG_LEVELS; l++)
-		if (b->n[l] < a->n[l] || b->bytes[l] < a->bytes[l])
-			return true;
-	return false;
-}
-
-/* compact_all's merges, each the whole of the first non-empty level into
- * the next, until nothing is left above the deepest level (0), an error or
- * cancel (1).  A quiet tree needs fewer than ENG_LEVELS of them.  Bounded:
- * a picker that does not converge (one that left the oldest L0 table out
- * re-picked L0 20-30,000 times a second, for ever, and dkvfs-ctl compact
- * hung) is stopped after a pass of ENG_LEVELS merges in which no pick took
- * a table of its level and no level lost a table or a byte: -EAGAIN,
- * logged.  A working picker is never stopped, also while writers flush:
- * each of its picks takes the whole level down. */
-static int compact_manual(struct eng_db *db)
-{
-	struct eng_compaction *c = db->comp;
-	struct shape s0, s1;
-	bool took = false, t = false;
-	int r, k = 0;
-
-	shape_of(db, &s0);
-	while ((r = compact_once(db, true, &t)) == 1 && !atomic_load(&c->cancel)) {
-		took |= t;
-		if (++k < ENG_LEVELS)
-			continue;
-		shape_of(db, &s1);
-		if (!took && !shape_shrank(&s0, &s1)) {
-			char lv[ENG_LEVELS * 21 + 1];
-			int n = 0;
-
-			for (int l = 0; l < ENG_LEVELS; l++)
-				n += snprintf(lv + n, sizeof(lv) - (size_t)n, " %llu",
-					      (unsigned long long)s1.n[l]);
-			dkv_log_rl(&c->stuck_rl, DKV_LOG_ERROR,
-				   "volume %s: compacting the whole volume stopped: %d merges in a "
-				   "row took no table down and shrank no level (tables in L0..L%d:%s); "
-				   "the compaction picker does not converge, a bug: report it with "
-				   "this line (automatic compaction goes on, data is intact)",
-				   db->o.volume, k, ENG_LEVELS - 1, lv);
-			return -EAGAIN;
-		}
-		s0 = s1;
-		k = 0;
-		took = false;
-	}
-	return r;
 }
 
 static void *comp_main(void *arg)
@@ -808,7 +735,7 @@ static void *comp_main(void *arg)
 			 * back what failed jobs held: retry like the automatic
 			 * loop does, for a bounded time. */
 			for (int tries = 0;; tries++) {
-				r = compact_manual(db);
+				r = comp_manual(db);
 				if (r != -ENOSPC || tries >= MANUAL_ENOSPC_TRIES ||
 				    atomic_load(&c->cancel))
 					break;
@@ -824,7 +751,7 @@ static void *comp_main(void *arg)
 			if (r < 0)
 				dkv_debug("cleaner: %s", dkv_strerror(r));
 			if (r != 1)
-				r = compact_once(db, false, NULL);
+				r = comp_once(db, false, NULL);
 		}
 
 		pthread_mutex_lock(&c->mu);

@@ -1,7 +1,8 @@
 /* engine/compaction_pick.h — private to the compaction files: the
  * compaction thread's state and the choice of what to compact
  * (engine/compaction_pick.c), which the execution and installation in
- * engine/compaction.c act on.  Policy: docs/compaction.md.
+ * engine/compaction.c act on, and eng_compact_all's loop
+ * (engine/compaction_all.c).  Policy: docs/compaction.md.
  */
 #ifndef DKV_ENG_COMPACTION_PICK_H
 #define DKV_ENG_COMPACTION_PICK_H
@@ -58,6 +59,16 @@ struct pick {
 int comp_pick_auto(struct eng_db *db, struct pick *p);
 int comp_pick_manual(struct eng_db *db, struct pick *p);
 void comp_pick_release(struct pick *p);
+
+/* Pick and run one compaction (engine/compaction.c): 1 done, 0 nothing to
+ * do, <0 error.  *took (if set): the pick had tables of its own level to
+ * take down.  The compaction thread only. */
+int comp_once(struct eng_db *db, bool manual, bool *took);
+/* eng_compact_all's merges (engine/compaction_all.c): 0 when only the
+ * deepest level is left, 1 cancelled, <0 the first error, or -EAGAIN
+ * (logged) when a pass of ENG_LEVELS merges took no table down and shrank
+ * no level.  The compaction thread only. */
+int comp_manual(struct eng_db *db);
 
 /* A table's smallest and largest user keys (from its index); empty: no
  * records. */
