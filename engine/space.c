@@ -178,7 +178,6 @@ void eng_space_release_table(struct eng_db *db, int owner, uint64_t off, uint64_
 
 void eng_space_defer(struct eng_db *db, enum eng_defer_kind kind, uint64_t off, uint64_t len)
 {
-
 	dkv_log_rl(&db->rl[ENG_RL_DEFER], DKV_LOG_WARN,
 		   "a manifest write failed after it may have reached the memory node: the "
 		   "space it names is kept until the manifest is rewritten (nothing to do)");

@@ -1,14 +1,13 @@
 /* fs/fs_behind.c — write-behind: a sequential writer's full dirty chunks go
- * to extents on a thread of their own, after the WRITE that filled them is
- * answered.
+ * to extents after the WRITE that filled them is answered.
  *
  * Without it, the WRITE that finds max_dirty chunks dirty writes them out
  * first (fs_inode_chunk_dirty: copy to the transport, the node's WRITE, the
  * CRC), while the writer waits; a `cp` of a big file sends its next 1 MiB
  * only after that answer, so the two CPUs take turns.  Here op_write (a
- * write of a whole chunk or more that leaves the file at max_dirty) queues
- * the inode, and this thread writes its dirty chunks out while the kernel
- * and the writer prepare the next request.  That WRITE then finds room, or
+ * write of a whole chunk or more that leaves the file at max_dirty) leaves
+ * the inode for after its answer, and its dirty chunks are written out
+ * while the kernel and the writer prepare the next request.  That WRITE then finds room, or
  * waits on the inode's lock for the stage to end — never for longer than it
  * would have staged itself.
  *

@@ -36,9 +36,9 @@
 #define FS_STATS_DIR  ".dkvfs"
 #define FS_OPEN_BUCKETS 1024
 
-/* Counters shown in .dkvfs/stats (relaxed atomics). */
 #define FS_CHUNK_BUFS_KEEP 16 /* 4 MiB of freed chunk buffers kept (fs_chunk_buf_put) */
 
+/* Counters shown in .dkvfs/stats (relaxed atomics). */
 struct fs_counters {
 	_Atomic uint64_t lookups, creates, mkdirs, unlinks, rmdirs, renames, renamed_keys;
 	_Atomic uint64_t rename_steps; /* renames done in steps (fs_rename.c) */

@@ -123,8 +123,10 @@ int fs_alias_start(struct fs_ctx *fs, struct fuse *fuse);
 /* fs_behind.c: write-behind.  start at init (-ENOMEM, -EAGAIN: writers
  * then stage themselves), stop when the loop has ended (stages what is
  * queued, joins); queue: after a write of a whole chunk or more left ino
- * full (fs_inode_full), stage its dirty chunks on the write-behind thread
- * (a reference is taken); false if not queued (no thread, queue full). */
+ * full (fs_inode_full), stage its dirty chunks once the write is answered:
+ * in this thread at its fs_after_reply, else on the write-behind thread (a
+ * reference is taken either way); false if neither (no thread, queue
+ * full): the next write stages them itself. */
 int fs_behind_start(struct fs_ctx *fs);
 void fs_behind_stop(struct fs_ctx *fs);
 bool fs_behind_queue(struct fs_ctx *fs, struct fs_inode *ino);

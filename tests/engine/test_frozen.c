@@ -304,15 +304,7 @@ static void pend(eng_db *db, struct mn_extent x)
 	pthread_mutex_unlock(&db->free_mu);
 }
 
-/* THAW is all or nothing on the node, and a thaw that splits a frozen
- * range of a slab at MN_FROZEN_PER_SLAB ranges is refused (memnode/
- * mn_freeze.c).  One drain of dead table space mixes such a piece (M, the
- * middle of three frozen side by side) with pieces that thaw cleanly (C1 a
- * whole frozen range, C2 never frozen): those go back to the allocator in
- * this mount, writable again; M stays frozen and out of the allocator,
- * counted and logged once, and is back after a reopen.  The tables of the
- * slab are read back whole throughout. */
-/* One drain the node refuses to thaw whole (comment below): *m the piece
+/* One drain the node refuses to thaw whole (the test below): *m the piece
  * that must split, *c1 a whole frozen range, *c2 never frozen, all in one
  * slab at MN_FROZEN_PER_SLAB.  How many bytes the allocator got back.
  * man_mu held. */
