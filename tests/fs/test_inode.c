@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "fs/fs_int.h"
+#include "fs/fs_ops_int.h"
 
 static struct fs_ctx *open_fs(struct fs_kv *kv, unsigned max_dirty)
 {
@@ -697,4 +698,59 @@ Test(inode, max_dirty_bounds_the_dirty_chunks_exactly)
 		fs_kv_destroy(kv);
 	}
 	free(buf);
+}
+
+/* Write-behind (docs/fs.md): a file left at max_dirty by a write of whole
+ * chunks has them staged once the write is answered (fs_after_reply in the
+ * serving thread).  A stage that fails there (the node full) must leave
+ * the chunks dirty (fs_behind_failed): the next write stages them in its
+ * own path and returns the error, and what was written still reads back. */
+static void behind_once(struct fs_kv *kv, bool room)
+{
+	const size_t ch = FS_CHUNK_SIZE;
+	struct fs_ctx *fs = open_fs(kv, 2);
+	uint8_t *a = malloc(3 * ch), *got = malloc(2 * ch);
+	struct fs_inode *ino = create(fs, "/f");
+
+	fill(a, 3 * ch, 7);
+	pthread_mutex_lock(&ino->mu);
+	cr_assert_eq(fs_inode_write(fs, ino, (char *)a, 2 * ch, 0), (int)(2 * ch));
+	cr_assert(fs_inode_full(fs, ino), "2 whole chunks did not fill max_dirty=2");
+	pthread_mutex_unlock(&ino->mu);
+	fs_after_reply_enable();
+	cr_assert(fs_behind_queue(fs, ino), "the stage was not left for after the answer");
+	cr_assert_eq(atomic_load(&fs->cnt.behind_stages) + atomic_load(&fs->cnt.behind_failed), 0,
+		     "staged before the answer");
+	fs_after_reply();
+	pthread_mutex_lock(&ino->mu);
+	if (room) {
+		cr_assert_eq(atomic_load(&fs->cnt.behind_stages), 1);
+		cr_assert(!fs_inode_full(fs, ino), "the stage left the chunks dirty");
+		cr_assert_eq(fs_inode_write(fs, ino, (char *)a + 2 * ch, ch, 2 * ch), (int)ch);
+		cr_assert_eq(atomic_load(&fs->cnt.early_flushes), 0);
+	} else {
+		cr_assert_eq(atomic_load(&fs->cnt.behind_failed), 1, "the failed stage was not counted");
+		cr_assert(fs_inode_full(fs, ino), "a failed stage dropped the dirty chunks");
+		cr_assert_eq(fs_inode_write(fs, ino, (char *)a + 2 * ch, ch, 2 * ch), -ENOSPC,
+			     "the write after a failed stage did not say the node is full");
+	}
+	cr_assert_eq(fs_inode_read(fs, ino, (char *)got, 2 * ch, 0), (int)(2 * ch));
+	cr_assert(!memcmp(got, a, 2 * ch), "the chunks written do not read back");
+	pthread_mutex_unlock(&ino->mu);
+	fs_inode_put(fs, ino);
+	fs_drop(fs);
+	fs_kv_destroy(kv);
+	free(a);
+	free(got);
+}
+
+Test(inode, write_behind_stages_after_the_answer)
+{
+	behind_once(fs_kv_mem_create(0), true);
+}
+
+/* 256 KiB of room: the records fit, the two chunks (512 KiB) do not */
+Test(inode, a_failed_write_behind_leaves_the_chunks_dirty)
+{
+	behind_once(fs_kv_mem_create(256u << 10), false);
 }
