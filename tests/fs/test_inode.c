@@ -754,3 +754,24 @@ Test(inode, a_failed_write_behind_leaves_the_chunks_dirty)
 {
 	behind_once(fs_kv_mem_create(256u << 10), false);
 }
+
+/* docs/fs.md: freed chunk buffers are kept for reuse, at most
+ * FS_CHUNK_BUFS_KEEP (16, 4 MiB); the next ones go back to the allocator,
+ * and a kept one is handed out again before a new one. */
+Test(inode, kept_chunk_buffers_are_bounded)
+{
+	struct fs_kv *kv = fs_kv_mem_create(0);
+	struct fs_ctx *fs = open_fs(kv, 2);
+	void *b[FS_CHUNK_BUFS_KEEP + 4];
+
+	for (size_t i = 0; i < FS_CHUNK_BUFS_KEEP + 4; i++)
+		cr_assert_not_null(b[i] = fs_chunk_buf_get(fs));
+	for (size_t i = 0; i < FS_CHUNK_BUFS_KEEP + 4; i++)
+		fs_chunk_buf_put(fs, b[i]);
+	cr_assert_eq(fs->nchunk_bufs, FS_CHUNK_BUFS_KEEP, "%zu buffers kept", fs->nchunk_bufs);
+	void *again = fs_chunk_buf_get(fs);
+	cr_assert_eq(again, b[FS_CHUNK_BUFS_KEEP - 1], "a kept buffer was not handed out first");
+	fs_chunk_buf_put(fs, again);
+	fs_drop(fs);
+	fs_kv_destroy(kv);
+}
