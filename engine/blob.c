@@ -677,14 +677,14 @@ int eng_blob_sync_data(struct eng_db *db)
 	return r;
 }
 
-void eng_blob_tick(struct eng_db *db)
+static void tick(struct eng_db *db, bool now)
 {
 	bool due;
 
 	if (db->read_only)
 		return;
 	pthread_mutex_lock(&db->blob_mu);
-	due = db->nbpend && eng_now_us() - db->bpend_since_us >= BLOB_RELEASE_US;
+	due = db->nbpend && (now || eng_now_us() - db->bpend_since_us >= BLOB_RELEASE_US);
 	pthread_mutex_unlock(&db->blob_mu);
 	if (due && eng_wal_sync(db) == 0)
 		eng_blob_release(db);
@@ -692,6 +692,16 @@ void eng_blob_tick(struct eng_db *db)
 	pthread_mutex_lock(&db->blob_mu);
 	punch(db);
 	pthread_mutex_unlock(&db->blob_mu);
+}
+
+void eng_blob_tick(struct eng_db *db)
+{
+	tick(db, false);
+}
+
+void eng_blob_reclaim(struct eng_db *db)
+{
+	tick(db, true);
 }
 
 static int cmp_blob(const void *a, const void *b)

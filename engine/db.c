@@ -386,19 +386,28 @@ static int commit_group(struct eng_db *db, struct eng_writer *first, struct eng_
 
 /* space_low is set by whoever ran out and cleared by checks after installs
  * and memtable switches; while puts are refused neither happens, and space
- * may have come back (compaction frees inputs after its install): look
- * again, at most every 100 ms. */
+ * may have come back (compaction frees inputs after its install; removed
+ * files' extents wait up to a second for a WAL sync before their pages go
+ * back to the node, and a writer of small files got ENOSPC meanwhile:
+ * space::full_node_heals_after_half_the_files_are_removed): give those
+ * back now and look again, at most every 100 ms. */
 static bool space_still_low(struct eng_db *db)
 {
 	uint64_t now = eng_now_us();
+	bool due;
 
 	pthread_mutex_lock(&db->man_mu);
-	if (now - db->space_checked_us >= 100000) {
+	due = now - db->space_checked_us >= 100000;
+	if (due)
 		db->space_checked_us = now;
+	pthread_mutex_unlock(&db->man_mu);
+	if (due) {
+		eng_blob_reclaim(db); /* blob_mu, then man_mu */
+		pthread_mutex_lock(&db->man_mu);
 		eng_space_trim(db);
 		eng_space_check(db);
+		pthread_mutex_unlock(&db->man_mu);
 	}
-	pthread_mutex_unlock(&db->man_mu);
 	return atomic_load(&db->space_low);
 }
 
@@ -434,6 +443,31 @@ static int reclaim(struct eng_db *db)
 	return r;
 }
 
+/* Would more puts take the half of the reserve kept for the flushes of
+ * deletes?  The room of the last check (eng_space_room, which every
+ * memtable switch and install takes) is far enough above it unless the
+ * active memtable could have filled into it since; else it is counted
+ * now, and a refusal marks the volume full (space_low: "full" and this
+ * gate are one accounting). */
+static bool puts_eat_flush_room(struct eng_db *db)
+{
+	uint64_t half = db->reserve / 2, room, grow;
+
+	grow = eng_node_extent_len((uint64_t)db->o.memtable_size + db->o.memtable_size / 4 +
+				   db->o.slab_size);
+	if (atomic_load(&db->space_free) >= half + grow)
+		return false;
+	if (eng_space_room(db) >= half)
+		return false;
+	space_still_low(db); /* look at the node again (at most every 100 ms) */
+	room = eng_space_room(db);
+	if (room >= half)
+		return false;
+	if (!atomic_load(&db->space_low))
+		eng_space_full(db, room);
+	return true;
+}
+
 static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const eng_batch *b)
 {
 	struct eng_writer w = { 0 }, *last, *x;
@@ -455,9 +489,7 @@ static int db_write(struct eng_db *db, const struct eng_write_opts *wo, const en
 	/* The last half of the reserve is for batches that delete: small
 	 * puts (a stream of small files) would otherwise eat it all, and then
 	 * not even a delete could be flushed. */
-	if (b->puts == eng_batch_count(b) && atomic_load(&db->space_low) &&
-	    atomic_load(&db->space_free) < db->reserve / 2 && space_still_low(db) &&
-	    atomic_load(&db->space_free) < db->reserve / 2)
+	if (b->puts == eng_batch_count(b) && puts_eat_flush_room(db))
 		return -ENOSPC;
 	w.batch = b;
 	w.wait = !wo ? ENG_WAL_WRITTEN

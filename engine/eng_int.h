@@ -443,10 +443,14 @@ struct eng_db {
 	_Atomic uint64_t st_space_low_events; /* space_low false -> true */
 	uint64_t sweep_seen, sweep_done;      /* compaction thread: activity marks */
 	uint64_t sweep_since_us;              /* ... and since when it has not moved */
-	/* node free bytes at the last check (0 when an allocation failed):
+	/* eng_space_room at the last check (0 when an allocation failed):
 	 * below reserve / 2 only batches that delete something are taken, so
 	 * a stream of small puts cannot eat the room deletes need */
 	atomic_uint_fast64_t space_free;
+	/* what eng_space_room starts from, as of the last check: the node's
+	 * free bytes, the slabs' largest hole, and the node bytes a WAL
+	 * segment and a manifest rewrite take besides the memtables' tables */
+	atomic_uint_fast64_t space_node_free, space_hole_max, space_extra;
 	uint64_t reserve;
 	uint64_t space_checked_us;    /* man_mu */
 	atomic_bool reclaimable;      /* deletes written while space_low */
@@ -542,13 +546,15 @@ struct eng_db {
 /* engine/blob.c.  init: at open, old = the blob slabs the manifest names
  * (they count as full until eng_blob_recover); blob_mu is initialised by
  * eng_open.  tick: the compaction thread's idle tick, releases frees older
- * than a second (a WAL sync first).  release: pending frees back to the
+ * than a second (a WAL sync first).  reclaim: the same for every pending
+ * free, at once (a full volume's writer, before its ENOSPC).  release: pending frees back to the
  * allocator (call after a sync; _locked with blob_mu held).  sync_data:
  * msync the blob slabs written since the last call.  owns: is off in a blob
  * slab (man_mu or blob_mu held).  stats: for eng_stats. */
 int eng_blob_init(struct eng_db *db, const struct mn_extent *old, size_t n);
 void eng_blob_fini(struct eng_db *db);
 void eng_blob_tick(struct eng_db *db);
+void eng_blob_reclaim(struct eng_db *db);
 void eng_blob_release(struct eng_db *db);
 void eng_blob_release_locked(struct eng_db *db);
 int eng_blob_sync_data(struct eng_db *db);
@@ -602,6 +608,9 @@ struct eng_piece_place {
 int eng_write_piece(struct eng_db *db, struct dkv_iter *it, const void *start, size_t slen,
 		    uint64_t est, uint8_t **bufs, const struct eng_piece_place *pl,
 		    struct eng_piece *pc, bool *more);
+/* The bytes a flush of m asks for first: its records and a table's tail
+ * (index, filter, footer). */
+uint64_t eng_flush_estimate(const struct eng_mem *m);
 /* Does a table of est bytes get a run of its own, sealed read-only once
  * written: 4 MiB or more, and the node has room for it twice over above
  * the reserve (fresh: asked of the node now, not the figure of the last
@@ -723,8 +732,14 @@ bool eng_pack_adopt(struct eng_db *db, const struct mn_extent *ex);
  * man_mu. */
 void eng_space_release_table(struct eng_db *db, int owner, uint64_t off, uint64_t len,
 			     bool unsure, struct mn_extent *ex, size_t *nn);
-/* Recompute db->space_low (one mn_stats round trip).  Caller holds man_mu. */
+/* Recompute db->space_low and db->space_free (one mn_stats round trip).
+ * Caller holds man_mu, not mu. */
 void eng_space_check(struct eng_db *db);
+/* The node's free bytes of the last check less what flushing the
+ * memtables as they are now will take of them (their tables, the next WAL
+ * segment, a manifest rewrite): the room left for anything else.  Takes
+ * mu; man_mu may be held. */
+uint64_t eng_space_room(struct eng_db *db);
 /* The volume is full (file data refused): say so, once. */
 void eng_space_full(struct eng_db *db, uint64_t free_bytes);
 
@@ -748,6 +763,8 @@ int eng_wal_log(struct eng_db *db, const uint8_t *payload, size_t len, enum eng_
 		void (*during)(void *), void *arg);
 int eng_wal_drain(struct eng_db *db);
 int eng_wal_new_segment(struct eng_db *db, uint64_t min_len); /* man_mu held */
+/* The length of a new WAL segment (memtable_size / 2, within bounds). */
+uint64_t eng_wal_seg_len(const struct eng_db *db);
 int eng_wal_sync(struct eng_db *db);
 void eng_wal_fini(struct eng_db *db);
 int eng_wal_recover(struct eng_db *db, struct eng_mem *m);

@@ -123,6 +123,12 @@ static uint64_t tail_estimate(uint64_t nrec, uint64_t key_bytes)
 	return nrec * 16 + key_bytes / 8 + (64u << 10);
 }
 
+uint64_t eng_flush_estimate(const struct eng_mem *m)
+{
+	/* the memtable's bytes bound its records' (keys included): add the tail */
+	return eng_mem_bytes(m) + tail_estimate(eng_mem_entries(m), 0);
+}
+
 /* Build one table into fo's extent from it's position on.  With cut set,
  * stop before a record that would push the table past fo->cap, but only
  * between two user keys: the versions of one key never span two level-0
@@ -495,8 +501,7 @@ static int flush_mem(struct eng_db *db, struct eng_mem *m, uint8_t **bufs)
 	bool more = true, unsure = false;
 	int n = 0, r;
 
-	/* The memtable's bytes bound its records' (keys included): add the tail. */
-	est = eng_mem_bytes(m) + tail_estimate(eng_mem_entries(m), 0);
+	est = eng_flush_estimate(m);
 	r = eng_mem_iter_create(m, &it);
 	if (r)
 		return r;

@@ -230,9 +230,9 @@ static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
 		return;
 	if (low) {
 		atomic_fetch_add(&db->st_space_low_events, 1);
-		dkv_warn("volume %s is full: %llu MiB free on the memory node, under the %llu MiB "
-			 "kept for deletes, flushes and compaction; large writes fail with ENOSPC "
-			 "until files are deleted",
+		dkv_warn("volume %s is full: %llu MiB free on the memory node once the memtables "
+			 "are flushed, under the %llu MiB kept for deletes, flushes and compaction; "
+			 "large writes fail with ENOSPC until files are deleted",
 			 db->o.volume, (unsigned long long)(free_bytes >> 20),
 			 (unsigned long long)(db->reserve >> 20));
 	} else {
@@ -241,17 +241,64 @@ static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
 	}
 }
 
+/* The node bytes that placing est more bytes takes: none when they fit
+ * what is left of the slabs' largest hole (*hole is then that much
+ * smaller), else est in whole node pages, whose rest is the hole for what
+ * comes next.  (eng_space_get takes a whole slab_size when the node has
+ * it, but its rest is then room in our slabs for what follows; a flush
+ * that finds no run that large cuts its table into pieces, which takes no
+ * more.) */
+static uint64_t place_need(uint64_t est, uint64_t *hole)
+{
+	uint64_t len;
+
+	if (est <= *hole) {
+		*hole -= est;
+		return 0;
+	}
+	len = eng_node_extent_len(est);
+	*hole = len - est;
+	return len;
+}
+
+/* One accounting for "full" and for the puts' gate (engine/db.c): the
+ * node's free bytes alone let the memtables filled since a check take
+ * what the reserve keeps for deletes (small puts left 1 MiB of the
+ * reserve's lower half of 2 once flushed, and a node of deleted small
+ * values could end with its tombstones unflushable:
+ * enospc::small_puts_leave_half_the_reserve_after_their_flush). */
+uint64_t eng_space_room(struct eng_db *db)
+{
+	uint64_t hole = atomic_load(&db->space_hole_max), need = 0, fr;
+
+	pthread_mutex_lock(&db->mu);
+	if (db->mem && eng_mem_entries(db->mem))
+		need += place_need(eng_flush_estimate(db->mem), &hole);
+	for (size_t i = 0; i < db->nimm; i++)
+		need += place_need(eng_flush_estimate(db->imm[i]), &hole);
+	pthread_mutex_unlock(&db->mu);
+	need += place_need(atomic_load(&db->space_extra), &hole);
+	fr = atomic_load(&db->space_node_free);
+	return fr > need ? fr - need : 0;
+}
+
 void eng_space_check(struct eng_db *db)
 {
 	struct mn_node_stats st;
-	uint64_t free_bytes;
+	uint64_t room;
 
 	if (db->read_only || mn_stats(db->mc, &st))
 		return;
-	free_bytes = node_free(&st);
+	atomic_store(&db->space_node_free, node_free(&st));
+	atomic_store(&db->space_hole_max, eng_alloc_largest(db->alloc, UINT64_MAX));
+	/* the next memtable switch's WAL segment, and a manifest rewrite the
+	 * flushes' edits may call for (engine/manifest.c: at least 1 MiB) */
+	atomic_store(&db->space_extra, eng_wal_seg_len(db) +
+					       (db->man_len > (1u << 20) ? db->man_len : (1u << 20)));
+	room = eng_space_room(db);
 	/* one node page above the reserve: the smallest blob slab (engine/blob.c
 	 * refuses file data below it), so "full" and ENOSPC agree */
-	set_space_low(db, free_bytes < db->reserve + (1u << 20), free_bytes);
+	set_space_low(db, room < db->reserve + (1u << 20), room);
 }
 
 void eng_space_full(struct eng_db *db, uint64_t free_bytes)

@@ -77,7 +77,7 @@ int64_t eng_wal_parse(const uint8_t *img, size_t len, uint64_t log_no, eng_wal_f
 	return (int64_t)pos;
 }
 
-static uint64_t seg_default_len(const struct eng_db *db)
+uint64_t eng_wal_seg_len(const struct eng_db *db)
 {
 	uint64_t l = db->o.memtable_size / 2;
 
@@ -91,7 +91,7 @@ static uint64_t seg_default_len(const struct eng_db *db)
 int eng_wal_new_segment(struct eng_db *db, uint64_t min_len)
 {
 	struct eng_edit e = { 0 };
-	uint64_t len = seg_default_len(db), off, log_no;
+	uint64_t len = eng_wal_seg_len(db), off, log_no;
 	int r;
 
 	if (min_len > len)

@@ -344,6 +344,44 @@ Test(enospc, small_values_leave_room_for_deletes_compute, .timeout = 90)
 	small_values_leave_room_for_deletes(ENG_COMPACTION_COMPUTE);
 }
 
+/* docs/durability.md: below half the reserve only batches that delete are
+ * taken, so that half stays the flushes' own.  It has to hold for what the
+ * puts left in the memtables too: with compaction off, once the small puts
+ * were refused and what they left was flushed, the node still has half the
+ * reserve free, and deleting every key (a memtable of tombstones) flushes.
+ * The gate used to compare the node's free bytes of its last look with
+ * half the reserve, and the memtables filled meanwhile took half of that
+ * half (1 MiB of 2 left, 20 runs in 20). */
+Test(enospc, small_puts_leave_half_the_reserve_after_their_flush, .timeout = 90)
+{
+	struct tnode node;
+	static uint32_t tags[MAXK];
+	unsigned n = 0;
+	eng_db *db;
+	struct eng_stats st;
+
+	fill_small(&node, ENG_COMPACTION_OFF, 0, tags, &n, &db);
+	cr_assert_eq(eng_flush(db), 0, "the memtables the puts filled did not flush");
+	cr_assert_eq(eng_stats(db, &st), 0);
+	uint64_t free_bytes = st.node_capacity - st.node_used;
+	fprintf(stderr, "small_puts_leave_half_the_reserve: %u puts, %llu KiB free after their "
+			"flush, reserve %llu KiB\n", n, (unsigned long long)(free_bytes >> 10),
+		(unsigned long long)(db->reserve >> 10));
+	cr_assert_geq(free_bytes, db->reserve / 2,
+		      "%u small puts left %llu KiB free once flushed, under half the reserve "
+		      "(%llu KiB)", n, (unsigned long long)(free_bytes >> 10),
+		      (unsigned long long)(db->reserve >> 11));
+	for (unsigned i = 0; i < n; i++) {
+		char k[32];
+
+		cr_assert_eq(eng_delete(db, NULL, k, tkey(k, sizeof(k), i)), 0, "delete %u", i);
+	}
+	int r = eng_flush(db);
+	cr_assert_eq(r, 0, "the tombstones of all %u keys did not flush: %s", n, dkv_strerror(r));
+	cr_assert_eq(eng_close(db), 0);
+	tnode_stop(&node);
+}
+
 /* eng_compact_all on a thread of its own, bounded like compact_all_by (a
  * Criterion assertion belongs on the test's thread: compact_all_joined
  * makes it there). */
@@ -513,8 +551,13 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
  * allocation marked the volume full with 0 bytes free, and for up to
  * 100 ms every batch of puts got ENOSPC (a mount that had punched the holes
  * large files left took 7,474 small files where 26,140 fit).  Another
- * volume takes every page, then gives back every other one. */
-#define NAPART 12000
+ * volume takes every page, then gives back every other one (31 single
+ * pages).  8,000 puts take 11 of them once flushed (4 flushes): the
+ * volume's room counts the memtables queued for flushing too (3 pages
+ * each), and with 12,000 puts a writer ahead of these slow, halving
+ * flushes made the volume full for a moment in some runs (fairly: the
+ * queued memtables would have taken the reserve). */
+#define NAPART 8000
 Test(enospc, free_pages_apart_do_not_make_the_volume_full, .timeout = 60)
 {
 	struct tnode node;
