@@ -221,9 +221,25 @@ Test(enospc, killed_ingest_on_full_node_heals, .timeout = 120)
 		close(p[0]);
 	}
 	cr_assert_geq(full, 1, "the node never filled in %u rounds", round);
-	/* Reopen the full volume: it opens, deletes and small writes work. */
+	/* Reopen the full volume: it opens, deletes work, and so do small
+	 * writes unless the memtables replayed from the killed writers' logs
+	 * leave less than half the reserve once flushed: that half is the
+	 * deletes' (docs/durability.md), and the volume then says it is full.
+	 * (A writer killed with memtables queued leaves them all in its log;
+	 * 1 run in 112 under ASan load reopened that way.) */
 	cr_assert_eq(open_retry(&o, &db), 0, "the full volume does not open");
-	cr_assert_eq(eng_put(db, NULL, "meta", 4, "x", 1), 0, "small write on the full volume");
+	r = eng_put(db, NULL, "meta", 4, "x", 1);
+	if (r == -ENOSPC) {
+		struct eng_stats st;
+
+		cr_assert_eq(eng_stats(db, &st), 0);
+		cr_assert_eq(st.space_low, 1, "a small write got ENOSPC on a volume not full");
+		fprintf(stderr, "killed_ingest: the reopened volume took no small write (%llu KiB "
+				"free on the node)\n",
+			(unsigned long long)((st.node_capacity - st.node_used) >> 10));
+	} else {
+		cr_assert_eq(r, 0, "small write on the full volume: %s", dkv_strerror(r));
+	}
 	cr_assert_eq(eng_iter_create(db, NULL, NULL, 0, NULL, 0, &it), 0);
 	for (r = eng_iter_first(it); r == 0; r = eng_iter_next(it)) {
 		size_t kl;
@@ -253,6 +269,7 @@ Test(enospc, killed_ingest_on_full_node_heals, .timeout = 120)
 		}
 	}
 	cr_assert_eq(r, 0, "13 MiB of writes within 30 s of deleting %u keys: %d", keys, r);
+	cr_assert_eq(eng_put(db, NULL, "meta", 4, "x", 1), 0, "small write after the deletes");
 	cr_assert_eq(eng_close(db), 0);
 	tnode_stop(&node);
 }
