@@ -236,7 +236,8 @@ static void set_space_low(struct eng_db *db, bool low, uint64_t free_bytes)
 			 db->o.volume, (unsigned long long)(free_bytes >> 20),
 			 (unsigned long long)(db->reserve >> 20));
 	} else {
-		dkv_info("volume %s has room again (%llu MiB free on the memory node)",
+		dkv_info("volume %s has room again (%llu MiB free on the memory node once the "
+			 "memtables are flushed)",
 			 db->o.volume, (unsigned long long)(free_bytes >> 20));
 	}
 }
