@@ -446,15 +446,16 @@ static int reclaim(struct eng_db *db)
 /* Would more puts take the half of the reserve kept for the flushes of
  * deletes?  The room of the last check (eng_space_room, which every
  * memtable switch and install takes) is far enough above it unless the
- * active memtable could have filled into it since; else it is counted
- * now, and a refusal marks the volume full (space_low: "full" and this
- * gate are one accounting). */
+ * active memtable could have filled into it since: at most one memtable,
+ * whose table's tail is less than as much again (16 bytes a record, which
+ * takes at least 32 of the memtable's arena, and a 64 KiB footer).  Else
+ * it is counted now, and a refusal marks the volume full (space_low:
+ * "full" and this gate are one accounting). */
 static bool puts_eat_flush_room(struct eng_db *db)
 {
-	uint64_t half = db->reserve / 2, room, grow;
+	uint64_t half = db->reserve / 2, room;
+	uint64_t grow = eng_node_extent_len(2 * (uint64_t)db->o.memtable_size);
 
-	grow = eng_node_extent_len((uint64_t)db->o.memtable_size + db->o.memtable_size / 4 +
-				   db->o.slab_size);
 	if (atomic_load(&db->space_free) >= half + grow)
 		return false;
 	if (eng_space_room(db) >= half)

@@ -569,7 +569,7 @@ Test(enospc, a_flush_fits_pages_that_are_not_adjacent, .timeout = 60)
  * 100 ms every batch of puts got ENOSPC (a mount that had punched the holes
  * large files left took 7,474 small files where 26,140 fit).  Another
  * volume takes every page, then gives back every other one (31 single
- * pages).  8,000 puts take 11 of them once flushed (4 flushes): the
+ * pages).  8,000 puts take 13 of them once flushed (4 flushes): the
  * volume's room counts the memtables queued for flushing too (3 pages
  * each), and with 12,000 puts a writer ahead of these slow, halving
  * flushes made the volume full for a moment in some runs (fairly: the
