@@ -78,10 +78,11 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
  * session's fd and after it freed its node table: too late for the thread
  * that notifies the kernel through them, which fs_loop_ended (mount/) has
  * told to stop.  Here it is joined, if it was still inside a kernel call
- * then (the unmount has released what it waited for). */
+ * then (the unmount has released what it waited for).  The write-behind
+ * thread needs no such step: fs_loop_ended joined it, after every loop
+ * (it starts in init, inside the loop). */
 static void op_destroy(void *data)
 {
-	fs_behind_stop(data); /* done already when the loop ended normally */
 	fs_alias_stop(data);
 }
 
