@@ -18,6 +18,12 @@
 set -uo pipefail
 bin=${1:?binary}; filter=${2:?criterion filter, or all}; runs=${3:-20}; secs=${4:-90}
 par=${PAR:-1}
+# As scripts/run-tests.sh: leaks inside Criterion's own runner are not ours
+# (an ASan build's runs would all fail on them), and sanitizer builds let
+# forked servers run.
+here=$(cd "$(dirname "$0")/.." && pwd)
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-die_after_fork=0}
 OUT=${OUT:-$(mktemp -d /tmp/dkv-repeat-XXXXXX)}
 mkdir -p "$OUT" || exit 1
 args=()
