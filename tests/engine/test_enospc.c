@@ -399,6 +399,65 @@ Test(enospc, small_puts_leave_half_the_reserve_after_their_flush, .timeout = 90)
 	tnode_stop(&node);
 }
 
+/* "Full" counts what the memtables will take once flushed, as the puts'
+ * gate does (docs/durability.md): a memtable of about 1.4 MiB, never
+ * flushed (2 MiB memtables, the most a 64 MiB node takes; compaction off),
+ * whose table fits no hole of the 1 MiB slabs and takes 2 node pages, and
+ * another volume that leaves the node 1 page above the "full" line.  By the node's free bytes the volume
+ * has room; once its memtable is flushed it has not, and it must say it is
+ * full.  (Computing "full" from the node's free bytes alone passes every
+ * other test here and in test_cleaner.) */
+Test(enospc, full_counts_what_the_memtables_will_take, .timeout = 60)
+{
+	struct tnode node;
+	struct eng_options o;
+	struct eng_stats st;
+	struct mn_client_opts co = { .volume = "hog", .create = true, .writer = true };
+	struct mn_client *hog;
+	struct mn_extent slabs[64];
+	unsigned ns = 0, keep;
+	eng_db *db;
+	int r = 0;
+
+	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
+	topts(&o, &node);
+	o.memtable_size = 2u << 20;
+	o.slab_size = 1u << 20;
+	o.compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(&o, &db), 0);
+	for (unsigned i = 0; i < 1400; i++) {
+		char k[32], v[1200];
+
+		cr_assert_eq(eng_put(db, NULL, k, tkey(k, sizeof(k), i), v, tval(v, sizeof(v), i, 1000)), 0);
+	}
+	cr_assert_eq(eng_stats(db, &st), 0);
+	cr_assert_eq(st.flushes, 0, "the memtable was flushed: nothing tested");
+	co.addr = node.addr;
+	co.op_timeout_ms = 3000 * test_time_scale();
+	cr_assert_eq(mn_client_open(&co, &hog), 0);
+	while (ns < 64 && (r = mn_alloc_slab(hog, 1u << 20, &slabs[ns])) == 0)
+		ns++;
+	cr_assert_eq(r, -ENOSPC, "another volume could not fill the node");
+	keep = (unsigned)(db->reserve >> 20) + 1 + 1;
+	for (unsigned i = 0; i < keep && ns; i++)
+		cr_assert_eq(mn_free_slab(hog, slabs[--ns].off), 0);
+	pthread_mutex_lock(&db->man_mu);
+	eng_space_check(db);
+	pthread_mutex_unlock(&db->man_mu);
+	cr_assert_eq(eng_stats(db, &st), 0);
+	fprintf(stderr, "full_counts_what_the_memtables_will_take: %llu KiB free on the node, "
+			"reserve %llu KiB, full %u\n",
+		(unsigned long long)((st.node_capacity - st.node_used) >> 10),
+		(unsigned long long)(db->reserve >> 10), (unsigned)st.space_low);
+	cr_assert_geq(st.node_capacity - st.node_used, db->reserve + (1u << 20),
+		      "the node's free bytes alone already say full: nothing tested");
+	cr_assert_eq(st.space_low, 1, "a volume whose memtable will not fit once flushed "
+		     "says it has room");
+	cr_assert_eq(eng_close(db), 0);
+	mn_client_close(hog);
+	tnode_stop(&node);
+}
+
 /* eng_compact_all on a thread of its own, bounded like compact_all_by (a
  * Criterion assertion belongs on the test's thread: compact_all_joined
  * makes it there). */
