@@ -45,8 +45,8 @@ static void check(eng_db *db, const eng_snapshot *old, unsigned n, unsigned gen)
 	}
 }
 
-/* Records 0.. until the node is full: their count. */
-static unsigned fill(eng_db *db)
+/* Keys base, base + 1, ... (each written once) until -ENOSPC; how many. */
+static unsigned fill_from(eng_db *db, unsigned base)
 {
 	unsigned n;
 	int r = 0;
@@ -54,12 +54,18 @@ static unsigned fill(eng_db *db)
 	for (n = 0; n < MAXK; n++) {
 		char k[32], v[VLEN + 16];
 
-		r = eng_put(db, NULL, k, tkey(k, sizeof(k), n), v, val_of(v, n, 0));
+		r = eng_put(db, NULL, k, tkey(k, sizeof(k), base + n), v, val_of(v, base + n, 0));
 		if (r)
 			break;
 	}
 	cr_assert_eq(r, -ENOSPC, "expected ENOSPC, got %d after %u writes", r, n);
 	return n;
+}
+
+/* Records 0.. until the node is full: their count. */
+static unsigned fill(eng_db *db)
+{
+	return fill_from(db, 0);
 }
 
 /* Is the volume full?  A fresh look, as a refused writer's (space_still_low
@@ -90,18 +96,7 @@ static bool space_low_now(eng_db *db)
 static void fill_until_full(eng_db *db)
 {
 	for (unsigned round = 1; round <= 10; round++) {
-		unsigned j;
-		int r = 0;
-
-		for (j = 0; j < MAXK; j++) {
-			char k[32], v[VLEN + 16];
-			unsigned key = round * MAXK + j;
-
-			r = eng_put(db, NULL, k, tkey(k, sizeof(k), key), v, val_of(v, key, 0));
-			if (r)
-				break;
-		}
-		cr_assert_eq(r, -ENOSPC, "filling up: %d after %u writes", r, j);
+		fill_from(db, round * MAXK);
 		cr_assert_eq(eng_flush(db), 0, "the flush after filling up");
 		if (space_low_now(db))
 			return;
@@ -375,10 +370,8 @@ Test(cleaner, writes_on_a_full_volume_are_slowed_never_stopped, .timeout = 200)
 	struct tnode node;
 	struct eng_options o;
 	struct eng_stats st0, st;
-	struct {
-		struct mn_client *c;
-		struct mn_extent slab;
-	} hog = { 0 };
+	struct mn_client *hog = NULL;
+	struct mn_extent slab;
 	eng_batch *b = eng_batch_create();
 	char k[32], v[VLEN + 16];
 	uint64_t t0;
@@ -421,14 +414,14 @@ Test(cleaner, writes_on_a_full_volume_are_slowed_never_stopped, .timeout = 200)
 	 * takes node pages until this one is full again (the held thread
 	 * frees nothing meanwhile). */
 	for (unsigned i = 0; i < 64 && !space_low_now(db); i++) {
-		if (!hog.c) {
+		if (!hog) {
 			struct mn_client_opts co = { .addr = node.addr, .volume = "hog",
 						     .create = true, .writer = true,
 						     .op_timeout_ms = 3000 * test_time_scale() };
 
-			cr_assert_eq(mn_client_open(&co, &hog.c), 0);
+			cr_assert_eq(mn_client_open(&co, &hog), 0);
 		}
-		cr_assert_eq(mn_alloc_slab(hog.c, 1u << 20, &hog.slab), 0,
+		cr_assert_eq(mn_alloc_slab(hog, 1u << 20, &slab), 0,
 			     "another volume's page, with this one not full");
 	}
 	pthread_mutex_lock(&db->comp->mu);
@@ -451,8 +444,8 @@ Test(cleaner, writes_on_a_full_volume_are_slowed_never_stopped, .timeout = 200)
 	atomic_store(&db->test_gc_hold, false);
 	eng_batch_destroy(b);
 	cr_assert_eq(eng_close(db), 0);
-	if (hog.c)
-		mn_client_close(hog.c);
+	if (hog)
+		mn_client_close(hog);
 	tnode_stop(&node);
 }
 
