@@ -39,15 +39,18 @@ bl_setup bench-latency
 PT=
 PTPID=
 cleanup_pt() {
+	local rc=$?
 	[ -n "$PT" ] && mountpoint -q "$PT" && fusermount3 -u "$PT"
 	[ -n "$PT" ] && rmdir "$PT" 2>/dev/null
+	(exit "$rc") # bl_cleanup exits with the status it finds
 	bl_cleanup
 }
 trap cleanup_pt EXIT
 command -v perf >/dev/null || echo "$BENCH: no perf (apt-get install linux-perf): no LAT lines" >&2
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
-cpu_ms() { awk '{ print ($14 + $15) * 10 }' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+cpu_ms() { awk -v hz="$hz" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"; }
 
 # the trees to copy in (in BASE, on /dev/shm)
 SRC=$BASE/src
