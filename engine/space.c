@@ -286,7 +286,7 @@ uint64_t eng_space_room(struct eng_db *db)
 void eng_space_check(struct eng_db *db)
 {
 	struct mn_node_stats st;
-	uint64_t room;
+	uint64_t room, line;
 
 	if (db->read_only || mn_stats(db->mc, &st))
 		return;
@@ -297,9 +297,19 @@ void eng_space_check(struct eng_db *db)
 	atomic_store(&db->space_extra, eng_wal_seg_len(db) +
 					       (db->man_len > (1u << 20) ? db->man_len : (1u << 20)));
 	room = eng_space_room(db);
-	/* one node page above the reserve: the smallest blob slab (engine/blob.c
-	 * refuses file data below it), so "full" and ENOSPC agree */
-	set_space_low(db, room < db->reserve + (1u << 20), room);
+	/* Full below one node page above the reserve: the smallest blob slab
+	 * (engine/blob.c refuses file data below it), so "full" and ENOSPC
+	 * agree.  Room again only one page above that: near the line the room
+	 * moves by pages with things no writer controls (a memtable's first
+	 * record, a flush packing its table closer than its estimate, a
+	 * merge's outputs against its inputs), and without the margin a
+	 * volume there flips at every check, refusing large writes part of
+	 * the time and logging each flip
+	 * (full::room_again_takes_a_page_more_than_full). */
+	line = db->reserve + ENG_NODE_PAGE;
+	if (atomic_load(&db->space_low))
+		line += ENG_NODE_PAGE;
+	set_space_low(db, room < line, room);
 }
 
 void eng_space_full(struct eng_db *db, uint64_t free_bytes)

@@ -39,6 +39,17 @@ static inline void topts(struct eng_options *o, const struct tnode *n)
 	o->op_timeout_ms = 3000 * test_time_scale();
 }
 
+/* A 64 MiB node, 2 MiB memtables, 1 MiB slabs, no compaction, opened. */
+static inline void open_2m(struct tnode *node, struct eng_options *o, eng_db **db)
+{
+	cr_assert_eq(tnode_start(node, 64u << 20, NULL, NULL), 0);
+	topts(o, node);
+	o->memtable_size = 2u << 20;
+	o->slab_size = 1u << 20;
+	o->compaction = ENG_COMPACTION_OFF;
+	cr_assert_eq(eng_open(o, db), 0);
+}
+
 /* Open, retrying while a dead writer's lease is still held: the node
  * notices the killed client's connection asynchronously (slower in
  * sanitizer builds).  Bounded: about 5 s times the time scale. */

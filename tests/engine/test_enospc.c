@@ -419,12 +419,7 @@ Test(enospc, full_counts_what_the_memtables_will_take, .timeout = 60)
 	eng_db *db;
 	int r = 0;
 
-	cr_assert_eq(tnode_start(&node, 64u << 20, NULL, NULL), 0);
-	topts(&o, &node);
-	o.memtable_size = 2u << 20;
-	o.slab_size = 1u << 20;
-	o.compaction = ENG_COMPACTION_OFF;
-	cr_assert_eq(eng_open(&o, &db), 0);
+	open_2m(&node, &o, &db);
 	for (unsigned i = 0; i < 1400; i++) {
 		char k[32], v[1200];
 
@@ -570,18 +565,6 @@ static void put_range(eng_db *db, uint32_t *tags, unsigned from, unsigned to)
 				     tval(v, sizeof(v), tags[i], 1000)),
 			     0);
 	}
-}
-
-/* A 64 MiB node (memtables of up to 2 MiB), 2 MiB memtables, 1 MiB slabs,
- * no compaction. */
-static void open_2m(struct tnode *node, struct eng_options *o, eng_db **db)
-{
-	cr_assert_eq(tnode_start(node, 64u << 20, NULL, NULL), 0);
-	topts(o, node);
-	o->memtable_size = 2u << 20;
-	o->slab_size = 1u << 20;
-	o->compaction = ENG_COMPACTION_OFF;
-	cr_assert_eq(eng_open(o, db), 0);
 }
 
 /* A memtable a little over one node page (1.1 MiB of records) must flush
