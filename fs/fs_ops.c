@@ -13,7 +13,9 @@
  *     uncommitted until close and a crash keeps the old content;
  *   - keep_cache on every open: this mount is the volume's only writer (the
  *     engine's lease), so the kernel page cache never goes stale;
- *   - default_permissions (set by mount/): the kernel checks permissions;
+ *   - default_permissions (set by mount/ unless only root can reach the
+ *     mount): the kernel checks permissions; without it op_access answers
+ *     access(2);
  *   - hidden, read-only MOUNTPOINT/.dkvfs/stats (not listed by readdir).
  * Handlers return 0 / -errno; libfuse replies with the positive errno.
  */
@@ -133,6 +135,10 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		 * have its attributes; a use of a listed name (fs_rdplus.c) */
 		FS_COUNT(fs, file_getattrs, 1);
 		fs_op_used(fs);
+	} else if (!rc) {
+		/* of a directory: with default_permissions, one after every
+		 * create and remove in it (the kernel drops its attributes) */
+		FS_COUNT(fs, dir_getattrs, 1);
 	}
 	if (!rc && (rec.flags & FS_REC_SHARED))
 		fs_alias_note(fs, rec.ino, path); /* a name of a hard-linked file */
@@ -280,6 +286,25 @@ static int op_link(const char *from, const char *to)
 		fs_alias_changed(fs, ino, true);
 	}
 	return ret(fs, rc);
+}
+
+/* access(2) and chdir ask here only without default_permissions, which
+ * mount/ leaves off when only root can reach the mount: root may read,
+ * write and search everything, and execute what has an x bit (as the
+ * kernel's own check would say; the exec itself the kernel checks). */
+static int op_access(const char *path, int mask)
+{
+	struct stat st;
+	int rc;
+
+	if (fuse_get_context()->uid != 0)
+		return -EACCES; /* the kernel lets no one else in */
+	if (!(mask & X_OK))
+		return 0;
+	rc = op_getattr(path, &st, NULL);
+	if (rc)
+		return rc;
+	return S_ISDIR(st.st_mode) || (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) ? 0 : -EACCES;
 }
 
 static int op_readlink(const char *path, char *buf, size_t size)
@@ -814,6 +839,7 @@ static const struct fuse_operations fs_ops = {
 	.init = op_init,
 	.destroy = op_destroy,
 	.getattr = op_getattr,
+	.access = op_access,
 	.readlink = op_readlink,
 	.mknod = op_mknod,
 	.mkdir = op_mkdir,

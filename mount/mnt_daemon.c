@@ -58,7 +58,8 @@ struct mnt {
 	size_t token_len;
 };
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_MEMTABLE, KEY_SLAB, KEY_RENAME_BATCH };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_MEMTABLE, KEY_SLAB, KEY_RENAME_BATCH, KEY_OTHERS,
+       KEY_KERNEL_PERMS };
 
 #define OPT(t, f) { t, offsetof(struct mnt_opts, f), 1 }
 static const struct fuse_opt mnt_spec[] = {
@@ -86,6 +87,9 @@ static const struct fuse_opt mnt_spec[] = {
 	FUSE_OPT_KEY("slab_size=", KEY_SLAB),
 	FUSE_OPT_KEY("rename_batch=", KEY_RENAME_BATCH),
 	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("allow_other", KEY_OTHERS),
+	FUSE_OPT_KEY("allow_root", KEY_OTHERS),
+	FUSE_OPT_KEY("default_permissions", KEY_KERNEL_PERMS),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -136,6 +140,9 @@ static void usage(const char *prog)
 	       "  -o atime=WHEN            relatime|strict|noatime: when reads stamp atime\n"
 	       "                           (default relatime, as Linux mounts)\n"
 	       "  -o ro                    read-only\n"
+	       "  -o default_permissions   the kernel checks permissions also when only root\n"
+	       "                           can reach the mount (default: only with allow_other,\n"
+	       "                           allow_root or a mount by another user; docs/fs.md)\n"
 	       "\n"
 	       "general options:\n"
 	       "  -f                       stay in the foreground\n"
@@ -162,6 +169,12 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_RO:
 		o->read_only = 1;
 		return 1; /* keep: the kernel mounts read-only too */
+	case KEY_OTHERS:
+		o->others_allowed = 1;
+		return 1; /* keep: FUSE's own */
+	case KEY_KERNEL_PERMS:
+		o->kernel_perms = 1;
+		return 0; /* added once below */
 	case KEY_MEMTABLE:
 	case KEY_SLAB:
 	case KEY_RENAME_BATCH:
@@ -649,7 +662,17 @@ int mnt_main(int argc, char **argv)
 	/* a mount command prints errors only; DKVFS_LOG=info (or -f) says more */
 	if (!cmd.foreground)
 		setenv("DKVFS_LOG", "warn", 0);
-	fuse_opt_add_arg(&args, "-odefault_permissions");
+	/* The kernel checks permissions (default_permissions) unless only
+	 * root can reach the mount: mounted by root without allow_other or
+	 * allow_root, the kernel turns away every process whose uids and gids
+	 * are not all 0, and root may read, write and search everything.  The
+	 * checks would cost a GETATTR of the directory after every create and
+	 * remove in it (the kernel drops its attributes at each), one request
+	 * in two of an `rm -rf`.  What is left, executing a file with no x
+	 * bit, the kernel checks itself, and access(2) asks op_access
+	 * (fs/fs_ops.c).  docs/fs.md, "Permissions". */
+	if (geteuid() != 0 || m->o.others_allowed || m->o.kernel_perms)
+		fuse_opt_add_arg(&args, "-odefault_permissions");
 	fuse_opt_add_arg(&args, "-osubtype=dkvfs");
 
 	if (!cmd.foreground && (rc = daemonize(m)))

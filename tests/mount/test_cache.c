@@ -162,7 +162,9 @@ Test(cache, a_listing_gives_the_kernel_every_name)
 	cr_assert_eq(up(NULL), 0);
 	cr_assert_eq(sh("ls %s/w > /dev/null", MNT), 0);
 	long long before = mt_stat("fs_lookups");
-	cr_assert_eq(sh("cd %s/w && seq -f f%%04g 300 | xargs stat > /dev/null", MNT), 0);
+	/* by path: a cd is an ACCESS request on a mount of root's own, whose
+	 * answer looks the directory up (op_access) */
+	cr_assert_eq(sh("seq -f %s/w/f%%04g 300 | xargs stat > /dev/null", MNT), 0);
 	long long after = mt_stat("fs_lookups");
 	cr_assert_eq(after, before, "%lld of 300 listed names were looked up again", after - before);
 	down();

@@ -769,68 +769,6 @@ Test(mount, unlinked_open_file_stays_usable)
 	free(b);
 }
 
-Test(mount, ownership_and_permissions_are_enforced)
-{
-	cr_assert_eq(chmod(T, 0755), 0); /* mkdtemp made it 0700 */
-	cr_assert_eq(up("allow_other"), 0);
-	const char *as = "setpriv --reuid=4321 --regid=4321 --clear-groups";
-	cr_assert_eq(sh("mkdir %s/pub %s/private && chmod 1777 %s/pub && chmod 700 %s/private && "
-			"echo secret > %s/private/s && chmod 600 %s/private/s", MNT, MNT, MNT, MNT, MNT,
-			MNT), 0);
-	/* new names belong to the caller */
-	cr_assert_eq(sh("%s sh -c 'echo mine > %s/pub/u && mkdir %s/pub/ud'", as, MNT, MNT), 0);
-	char o[64];
-	sh_out(o, sizeof(o), "stat -c %%u:%%g %s/pub/u %s/pub/ud | sort -u", MNT, MNT);
-	cr_assert_str_eq(o, "4321:4321");
-	/* the kernel enforces modes (default_permissions) */
-	cr_assert_neq(sh("%s cat %s/private/s 2>/dev/null", as, MNT), 0);
-	cr_assert_neq(sh("%s touch %s/rootdir_file 2>/dev/null", as, MNT), 0);
-	cr_assert_neq(sh("%s chmod 777 %s/private 2>/dev/null", as, MNT), 0);
-	cr_assert_eq(sh("%s chmod 600 %s/pub/u", as, MNT), 0);
-	/* sticky /pub: another user may not remove u */
-	cr_assert_neq(sh("setpriv --reuid=4322 --regid=4322 --clear-groups rm -f %s/pub/u 2>/dev/null",
-			 MNT), 0);
-	cr_assert_eq(sh("test -e %s/pub/u", MNT), 0);
-	/* chown by root sticks across a remount */
-	cr_assert_eq(sh("chown 77:88 %s/pub/u", MNT), 0);
-	down();
-	cr_assert_eq(up(NULL), 0);
-	sh_out(o, sizeof(o), "stat -c %%u:%%g:%%a %s/pub/u", MNT);
-	cr_assert_str_eq(o, "77:88:600");
-	down();
-}
-
-/* docs/fs.md, "Ownership": under a setgid directory new names take the
- * directory's gid, not the caller's, and new directories inherit the bit. */
-Test(mount, a_setgid_directory_gives_its_gid_and_its_bit)
-{
-	cr_assert_eq(up("allow_other"), 0); /* callers of another gid */
-	cr_assert_eq(sh("mkdir %s/g && chown 0:4321 %s/g && chmod 2775 %s/g", MNT, MNT, MNT), 0);
-	cr_assert_eq(sh("setpriv --reuid=0 --regid=77 --clear-groups sh -c "
-			"'echo x > %s/g/f && mkdir %s/g/sub && mkfifo %s/g/p && ln -s f %s/g/l'",
-			MNT, MNT, MNT, MNT), 0);
-	char o[128];
-	sh_out(o, sizeof(o), "stat -c %%g %s/g/f %s/g/sub %s/g/p | sort -u", MNT, MNT, MNT);
-	cr_assert_str_eq(o, "4321", "new names under a setgid directory got gid %s", o);
-	sh_out(o, sizeof(o), "stat -c %%g %s/g/l", MNT);
-	cr_assert_str_eq(o, "4321", "a symlink under a setgid directory got gid %s", o);
-	sh_out(o, sizeof(o), "stat -c %%a %s/g/sub", MNT);
-	cr_assert_str_eq(o, "2755", "a new directory under a setgid one has mode %s", o);
-	sh_out(o, sizeof(o), "stat -c %%a %s/g/f", MNT);
-	cr_assert_str_eq(o, "644", "a new file under a setgid directory has mode %s", o);
-	/* a directory without the bit: the caller's gid */
-	cr_assert_eq(sh("setpriv --reuid=0 --regid=77 --clear-groups sh -c "
-			"'mkdir %s/plain && echo y > %s/plain/f'", MNT, MNT), 0);
-	sh_out(o, sizeof(o), "stat -c %%g %s/plain/f", MNT);
-	cr_assert_str_eq(o, "77");
-	/* and it survives a remount (it is in the record, not only in a cache) */
-	down();
-	cr_assert_eq(up("allow_other"), 0); /* callers of another gid */
-	sh_out(o, sizeof(o), "stat -c %%g:%%a %s/g/sub", MNT);
-	cr_assert_str_eq(o, "4321:2755");
-	down();
-}
-
 /* docs/fs.md, "Names": /.dkvfs is synthetic and reserved: not listed, and
  * nothing can be created in it, removed from it, renamed into or out of it,
  * or linked to or from it (EPERM; a new name in it: EEXIST); what was tried
