@@ -64,6 +64,9 @@ struct fs_opts {
 	enum fs_atime atime;     /* when reads stamp atime, default FS_ATIME_RELATIME */
 	size_t rename_batch_bytes; /* keys + values one rename batch may hold; a larger
 				    * directory moves in steps (default 16 MiB) */
+	bool root_alone;         /* no default_permissions: only root reaches the mount
+				  * (mount/mnt_daemon.c); a request of root acting as
+				  * another uid or gid (setfsuid) is logged once */
 	bool compaction_off;     /* the engine merges nothing (-o compaction=off): a
 				  * "compact" written to /.dkvfs/compact is refused with
 				  * EOPNOTSUPP instead of doing nothing (default false) */

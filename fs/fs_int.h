@@ -157,6 +157,7 @@ struct fs_ctx {
 	struct fs_kv *kv;
 	struct fs_opts opts;
 	struct fs_alias *alias; /* fs_alias.c; NULL outside a FUSE session */
+	atomic_bool warned_other_ids; /* fs_op_ctx: logged a root_alone request of other ids */
 	struct fs_behind *behind; /* fs_behind.c; NULL outside a FUSE session */
 	/* fs_inode.c: freed chunk buffers kept for the next dirty or clean
 	 * chunk.  A big file's writer frees and takes 4 every 1 MiB; from

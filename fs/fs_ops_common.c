@@ -21,7 +21,19 @@ struct fs_fh *fs_op_fh(const struct fuse_file_info *fi)
 
 struct fs_ctx *fs_op_ctx(void)
 {
-	return fuse_get_context()->private_data;
+	struct fuse_context *c = fuse_get_context();
+	struct fs_ctx *fs = c->private_data;
+
+	/* The kernel lets only uid and gid 0 into a mount of root's own, but a
+	 * request carries the caller's fsuid and fsgid: root acting as someone
+	 * else, whom nothing holds to the modes here (docs/fs.md) */
+	if (fs->opts.root_alone && (c->uid || c->gid) &&
+	    !atomic_exchange(&fs->warned_other_ids, true))
+		dkv_warn("a process of root acting as uid %u gid %u (setfsuid, as NFS servers do) "
+			 "uses this mount of root's own, where file modes are not checked: remount "
+			 "with -o default_permissions to hold it to them",
+			 (unsigned)c->uid, (unsigned)c->gid);
+	return fs;
 }
 
 void fs_op_used(struct fs_ctx *fs)

@@ -3,11 +3,16 @@
  * (default_permissions), also for names it holds in its cache; new names
  * belong to the caller, or to a setgid directory's group.  Mounted by root
  * alone, only root gets in, the kernel's checks and the round trips they
- * cost are left off, and what root may not do (run a file with no x bit)
- * still fails. */
+ * cost are left off, what root may not do (run a file with no x bit) still
+ * fails, and root acting as another uid (setfsuid) is logged. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/helpers/mount_fixture.h"
 
@@ -58,6 +63,33 @@ Test(perms, root_alone_gets_in_and_pays_no_check_round_trips)
 		      "uid 65534 got into a mount of root's without allow_other");
 	cr_assert_neq(sh("setpriv --reuid=0 --regid=77 --clear-groups stat %s/z >/dev/null 2>&1",
 			 MNT), 0, "gid 77 got into a mount of root's without allow_other");
+	/* root acting as another uid (setfsuid, as NFS servers do): the kernel
+	 * lets it in, nothing holds it to the modes, and the log says so once */
+	pid_t p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		char f[PATH_MAX + 16];
+
+		setfsgid(88);
+		setfsuid(4321);
+		for (int i = 0; i < 2; i++) {
+			snprintf(f, sizeof(f), "%s/fsuid%d", MNT, i);
+			int fd = open(f, O_CREAT | O_WRONLY, 0600);
+			if (fd < 0)
+				_exit(1);
+			close(fd);
+		}
+		_exit(0);
+	}
+	int status;
+	cr_assert_eq(waitpid(p, &status, 0), p);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "root acting as uid 4321 could not create in a mount of root's own");
+	char o[64];
+	sh_out(o, sizeof(o), "stat -c %%u:%%g %s/fsuid0", MNT);
+	cr_assert_str_eq(o, "4321:88");
+	sh_out(o, sizeof(o), "grep -c 'acting as uid 4321 gid 88' %s/data/dkvfs.log", T);
+	cr_assert_str_eq(o, "1", "the log said %s times that root acts as uid 4321 here", o);
 	down();
 	cr_assert_eq(up("default_permissions"), 0);
 	d = dir_getattrs_of_rm();
