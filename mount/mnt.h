@@ -47,8 +47,7 @@ struct mnt_opts {
 	int spin_us;         /* > 0: the reader polls this long (mount/mnt_spin.c); 0: libfuse's loop */
 	int read_only;       /* -o ro seen (also passed on to FUSE) */
 	int others_allowed;  /* -o allow_other or allow_root seen (passed on to FUSE) */
-	int kernel_perms;    /* -o default_permissions given: on even for root alone;
-			      * once parsed, whether it is on */
+	int kernel_perms;    /* -o default_permissions given: on even for root alone */
 };
 
 /* Parse "1G" / "64M" / "4096" (K/M/G/T suffixes, powers of 1024).

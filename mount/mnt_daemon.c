@@ -671,8 +671,8 @@ int mnt_main(int argc, char **argv)
 	 * in two of an `rm -rf`.  What is left, executing a file with no x
 	 * bit, the kernel checks itself, and access(2) asks op_access
 	 * (fs/fs_ops.c).  docs/fs.md, "Permissions". */
-	m->o.kernel_perms = geteuid() != 0 || m->o.others_allowed || m->o.kernel_perms;
-	if (m->o.kernel_perms)
+	bool kernel_checks = geteuid() != 0 || m->o.others_allowed || m->o.kernel_perms;
+	if (kernel_checks)
 		fuse_opt_add_arg(&args, "-odefault_permissions");
 	fuse_opt_add_arg(&args, "-osubtype=dkvfs");
 
@@ -684,7 +684,7 @@ int mnt_main(int argc, char **argv)
 	struct fs_opts fo;
 	fs_opts_init(&fo);
 	fo.read_only = m->o.read_only;
-	fo.root_alone = !m->o.kernel_perms;
+	fo.root_alone = !kernel_checks;
 	if (m->o.entry_timeout >= 0)
 		fo.entry_timeout = m->o.entry_timeout;
 	if (m->o.attr_timeout >= 0)
