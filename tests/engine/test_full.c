@@ -10,6 +10,18 @@
 
 #define HOG_MAX 64
 
+/* How often the log file at path says line. */
+static unsigned log_count(const char *path, const char *line)
+{
+	char *text = read_log(path);
+	unsigned n = 0;
+
+	for (const char *p = strstr(text, line); p; p = strstr(p + 1, line))
+		n++;
+	free(text);
+	return n;
+}
+
 /* Look at the node now, as a refused writer does, and say whether the
  * volume is full; *room is the room that check found. */
 static bool check_full(eng_db *db, uint64_t *room)
@@ -28,7 +40,8 @@ static bool check_full(eng_db *db, uint64_t *room)
  * things no writer controls (a memtable's first record, a flush packing
  * closer than its estimate, a merge's outputs), and without the margin the
  * volume flipped at each of them, refusing large writes part of the time
- * and logging every flip.  The first assertion fails without the margin. */
+ * and logging every flip.  It fails without the margin where it asserts
+ * the volume is still full at the line. */
 Test(full, room_again_takes_a_page_more_than_full, .timeout = 60)
 {
 	struct tnode node;
@@ -41,7 +54,9 @@ Test(full, room_again_takes_a_page_more_than_full, .timeout = 60)
 	uint64_t room, line, events;
 	eng_db *db;
 	int r = 0;
+	char logp[] = "/tmp/dkv-full-log-XXXXXX";
 
+	log_to_temp(logp);
 	open_2m(&node, &o, &db);
 	line = db->reserve + ENG_NODE_PAGE;
 	co.addr = node.addr;
@@ -86,6 +101,14 @@ Test(full, room_again_takes_a_page_more_than_full, .timeout = 60)
 	cr_assert_eq(eng_stats(db, &st), 0);
 	cr_assert_eq(st.space_low_events, events + 1, "full %llu times, once expected",
 		     (unsigned long long)(st.space_low_events - events));
+	/* one log line per change: full at the start and at the end, room
+	 * again once in between */
+	unsigned full_lines = log_count(logp, "volume t is full:");
+	unsigned room_lines = log_count(logp, "volume t has room again");
+	cr_assert(full_lines == 2 && room_lines == 1,
+		  "the log said \"full\" %u times and \"room again\" %u times, not 2 and 1",
+		  full_lines, room_lines);
+	unlink(logp);
 
 	cr_assert_eq(eng_close(db), 0);
 	mn_client_close(hog);

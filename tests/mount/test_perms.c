@@ -19,6 +19,7 @@
 TestSuite(perms, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
 
 #define NOBODY "setpriv --reuid=65534 --regid=65534 --clear-groups"
+#define NODAC "setpriv --bounding-set=-dac_override,-dac_read_search"
 
 /* GETATTRs of directories that an rm -rf of 300 files in one directory
  * asks the daemon for (fs_dir_getattrs). */
@@ -63,6 +64,12 @@ Test(perms, root_alone_gets_in_and_pays_no_check_round_trips)
 		      "uid 65534 got into a mount of root's without allow_other");
 	cr_assert_neq(sh("setpriv --reuid=0 --regid=77 --clear-groups stat %s/z >/dev/null 2>&1",
 			 MNT), 0, "gid 77 got into a mount of root's without allow_other");
+	/* the documented difference: root without CAP_DAC_OVERRIDE and
+	 * CAP_DAC_READ_SEARCH reads a file of mode 000 here (not with
+	 * -o default_permissions, below) */
+	cr_assert_eq(sh(NODAC " cat %s/z >/dev/null 2>&1", MNT), 0,
+		     "root without the DAC capabilities was held to the modes without "
+		     "default_permissions (docs/fs.md says it is not)");
 	/* root acting as another uid (setfsuid, as NFS servers do): the kernel
 	 * lets it in, nothing holds it to the modes, and the log says so once */
 	pid_t p = fork();
@@ -92,6 +99,9 @@ Test(perms, root_alone_gets_in_and_pays_no_check_round_trips)
 	cr_assert_str_eq(o, "1", "the log said %s times that root acts as uid 4321 here", o);
 	down();
 	cr_assert_eq(up("default_permissions"), 0);
+	cr_assert_neq(sh(NODAC " cat %s/z >/dev/null 2>&1", MNT), 0,
+		      "with default_permissions, root without the DAC capabilities read a file "
+		      "of mode 000");
 	d = dir_getattrs_of_rm();
 	cr_assert_geq(d, 300, "with default_permissions, rm -rf of 300 files asked for its "
 		      "directory's attributes %lld times", d);
