@@ -355,7 +355,8 @@ int ns_sync_send(int fd, const struct ns_hdr *h, const void *payload, size_t ple
 void ns_conn_break(struct ns_conn *c, int err);
 int ns_tx_submit(struct ns_conn *c, struct ns_txe *e, enum tx_mode mode);
 /* While this thread serves c's input, frames it queues wait (cork) until it
- * uncorks or pushes them before it blocks: they leave in one sendmsg.
+ * has served one recv's worth, uncorks, or pushes them before it blocks:
+ * they leave in one sendmsg.
  * Never with tx_mu held. */
 void ns_tx_cork(struct ns_conn *c);
 void ns_tx_push(struct ns_conn *c);

@@ -554,7 +554,7 @@ static int rx_serve(struct ns_conn *c, unsigned *served)
 {
 	int r = 0;
 
-	ns_tx_cork(c); /* the answers to this run of frames leave together */
+	ns_tx_cork(c); /* the answers to one recv's worth of frames leave together */
 	/* Once broken (from any thread) the rest of the input is never
 	 * interpreted. */
 	while (!__atomic_load_n(&c->broken, __ATOMIC_RELAXED) && (r = rd_ready(&c->rd)) > 0) {
@@ -563,6 +563,8 @@ static int rx_serve(struct ns_conn *c, unsigned *served)
 			break;
 		if (served)
 			(*served)++;
+		if (c->rd.r == c->rd.w)
+			ns_tx_push(c); /* a read's worth served: its answers leave now */
 	}
 	if (!r && __atomic_load_n(&c->broken, __ATOMIC_RELAXED))
 		r = -ECONNRESET;
