@@ -123,6 +123,7 @@ ssize_t fs_op_copy_file_range(const char *path_in, struct fuse_file_info *fi_in,
 	if (!buf)
 		return -ENOMEM;
 	lock2(src, dst);
+	fs_kpriv_changed(dst, FS_KPRIV_DATA);
 	/* the source's pointers, as stored, are what the node copies */
 	int rc = src == dst ? 0 : fs_inode_commit(fs, src);
 	uint64_t size = src->rec.size, done = 0;
@@ -169,6 +170,7 @@ ssize_t fs_op_copy_file_range(const char *path_in, struct fuse_file_info *fi_in,
 	bool shared = done && (dst->rec.flags & FS_REC_SHARED);
 	uint64_t inum = dst->rec.ino;
 	unlock2(src, dst);
+	fs_kpriv_settle(fs);
 	free(buf);
 	if (shared) /* the destination's other names (fs_alias.c), after the reply */
 		fs_alias_changed(fs, inum, false);

@@ -595,14 +595,14 @@ size_t fs_stats_text(struct fs_ctx *fs, char *buf, size_t cap)
 		"\nfs_commit_bytes: %" PRIu64 "\nfs_early_flushes: %" PRIu64 "\nfs_behind_stages: %" PRIu64 "\nfs_behind_failed: %" PRIu64
 		"\nfs_chunk_loads: %" PRIu64 "\nfs_chunk_load_bytes: %" PRIu64 "\nfs_reads: %" PRIu64
 		"\nfs_read_bytes: %" PRIu64 "\nfs_writes: %" PRIu64 "\nfs_write_bytes: %" PRIu64
-		"\nfs_file_getattrs: %" PRIu64 "\nfs_dir_getattrs: %" PRIu64 "\nfs_readdir_entries: %" PRIu64 "\nfs_readdir_bare: %" PRIu64 "\nfs_readdir_seeks: %" PRIu64
+		"\nfs_file_getattrs: %" PRIu64 "\nfs_dir_getattrs: %" PRIu64 "\nfs_getxattrs: %" PRIu64 "\nfs_readdir_entries: %" PRIu64 "\nfs_readdir_bare: %" PRIu64 "\nfs_readdir_seeks: %" PRIu64
 		"\nfs_reclaims: %" PRIu64 "\nfs_reclaimed_chunks: %" PRIu64 "\nfs_errors: %" PRIu64
 		"\nfs_atime_dropped: %" PRIu64 "\nfs_extent_writes: %" PRIu64 "\nfs_pieced_chunks: %" PRIu64
 		"\nfs_extent_write_bytes: %" PRIu64 "\nfs_extent_frees: %" PRIu64 "\n",
 		fs->kv->ops->name, open, C(lookups), C(creates), C(mkdirs), C(unlinks), C(rmdirs),
 		C(renames), C(renamed_keys), C(rename_steps), C(copies), C(copy_node_chunks), C(copy_node_bytes), C(copy_read_bytes), C(commits), C(commit_bytes), C(early_flushes), C(behind_stages), C(behind_failed),
 		C(chunk_loads), C(chunk_load_bytes), C(reads), C(read_bytes), C(writes),
-		C(write_bytes), C(file_getattrs), C(dir_getattrs), C(readdir_entries), C(readdir_bare), C(readdir_seeks), C(reclaims),
+		C(write_bytes), C(file_getattrs), C(dir_getattrs), C(getxattrs), C(readdir_entries), C(readdir_bare), C(readdir_seeks), C(reclaims),
 		C(reclaimed_chunks), C(errors), C(atime_dropped), C(extent_writes), C(pieced_chunks),
 		C(extent_write_bytes), C(extent_frees));
 #undef C

@@ -48,7 +48,7 @@ struct fs_counters {
 	_Atomic uint64_t commits, commit_bytes, early_flushes, chunk_loads, chunk_load_bytes;
 	_Atomic uint64_t behind_stages, behind_failed; /* fs_behind.c */
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, readdir_entries, readdir_seeks,
-		readdir_bare, file_getattrs, dir_getattrs;
+		readdir_bare, file_getattrs, dir_getattrs, getxattrs;
 	_Atomic uint64_t reclaims, reclaimed_chunks, errors, atime_dropped;
 	_Atomic uint64_t extent_writes, extent_write_bytes, extent_frees, pieced_chunks;
 };

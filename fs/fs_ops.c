@@ -55,6 +55,14 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	cfg->negative_timeout = fs->opts.entry_timeout;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+#ifdef FUSE_CAP_HANDLE_KILLPRIV_V2
+	/* libfuse 3.16 and later ask for it themselves (with 3.14,
+	 * mount/mnt_kpriv.c adds it to the INIT answer) */
+	if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV_V2) {
+		conn->want |= FUSE_CAP_HANDLE_KILLPRIV_V2;
+		fs_kpriv_enable();
+	}
+#endif
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
@@ -490,6 +498,7 @@ int fs_op_with_inode(const char *path, struct fuse_file_info *fi, inode_fn fn, c
 	bool shared = !rc && (ino->rec.flags & FS_REC_SHARED);
 	uint64_t inum = ino->rec.ino;
 	pthread_mutex_unlock(&ino->mu);
+	fs_kpriv_settle(fs);
 	if (own)
 		fs_inode_put(fs, ino);
 	if (shared) /* the file's other names (fs_alias.c); through a handle: later */
@@ -520,6 +529,7 @@ static int do_chown(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 		ino->rec.gid = ug[1];
 	ino->rec.ctime = fs_now_ns();
 	ino->dirty = true;
+	fs_kpriv_changed(ino, FS_KPRIV_CHOWN);
 	return 0;
 }
 
@@ -531,6 +541,7 @@ static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_inf
 
 static int do_truncate(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 {
+	fs_kpriv_changed(ino, FS_KPRIV_DATA);
 	return fs_inode_truncate(fs, ino, *(const uint64_t *)arg);
 }
 
@@ -640,9 +651,11 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 	else if (fi->flags & O_TRUNC) { /* O_RDONLY too, as Linux does (the kernel checked write access) */
 		pthread_mutex_lock(&ino->mu);
 		bool shared = ino->rec.size && (ino->rec.flags & FS_REC_SHARED);
+		fs_kpriv_changed(ino, FS_KPRIV_DATA); /* also when it was empty, as Linux */
 		if (ino->rec.size)
 			rc = fs_inode_truncate(fs, ino, 0);
 		pthread_mutex_unlock(&ino->mu);
+		fs_kpriv_settle(fs);
 		if (!rc && shared) /* the other names' size (fs_alias.c) */
 			fs_alias_changed(fs, ino->rec.ino, true);
 	}
@@ -752,6 +765,8 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
 	if (fs->opts.read_only)
 		return -EROFS;
 	pthread_mutex_lock(&fh->ino->mu);
+	if (!fi->writepage) /* the kernel's writeback decided at write(2) time */
+		fs_kpriv_changed(fh->ino, FS_KPRIV_DATA);
 	int rc = fs_inode_write(fs, fh->ino, buf, size, (uint64_t)off);
 	bool shared = rc >= 0 && (fh->ino->rec.flags & FS_REC_SHARED);
 	/* a sequential writer (whole chunks) that filled its dirty chunks:
@@ -759,6 +774,7 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
 	bool behind = rc >= (int)FS_CHUNK_SIZE && fs_inode_full(fs, fh->ino);
 	uint64_t inum = fh->ino->rec.ino;
 	pthread_mutex_unlock(&fh->ino->mu);
+	fs_kpriv_settle(fs);
 	if (behind)
 		fs_behind_queue(fs, fh->ino);
 	if (shared) /* the other names' size and times, once this write is answered */

@@ -88,7 +88,18 @@ int fs_op_setxattr(const char *path, const char *name, const char *value, size_t
 		   int flags);
 int fs_op_removexattr(const char *path, const char *name);
 
-/* fs_dir.c: listings */
+/* fs_kpriv.c: clear setuid/setgid of ino (mu held) after a change, when
+ * the kernel left that to the daemon (fs_kpriv_enable): DATA (a write,
+ * truncate, O_TRUNC open, fallocate, copy_file_range) unless the caller
+ * holds CAP_FSETID, CHOWN whoever asks. */
+enum fs_kpriv_why { FS_KPRIV_DATA, FS_KPRIV_CHOWN };
+bool fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why);
+bool fs_kpriv_on(void);
+/* After a DATA change cleared them (mu released): have the kernel drop the
+ * name's attributes, which its answer does not update. */
+void fs_kpriv_settle(struct fs_ctx *fs);
+
+/* fs_ops_space.c */
 int fs_op_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi);
 off_t fs_op_lseek(const char *path, off_t off, int whence, struct fuse_file_info *fi);
 

@@ -14,6 +14,7 @@ struct falloc_arg {
 static int do_fallocate(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 {
 	const struct falloc_arg *a = arg;
+	fs_kpriv_changed(ino, FS_KPRIV_DATA);
 	return fs_inode_fallocate(fs, ino, a->mode, a->off, a->len);
 }
 

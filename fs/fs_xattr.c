@@ -44,6 +44,7 @@ int fs_op_getxattr(const char *path, const char *name, char *value, size_t size)
 {
 	struct fs_ctx *fs = fs_op_ctx();
 	fs_op_used(fs);
+	FS_COUNT(fs, getxattrs, 1);
 	struct fs_rec rec = FS_REC_INIT;
 	if (!user_xattr(name) || fs_op_special(path))
 		return -ENODATA; /* answered without a lookup: the kernel asks often */

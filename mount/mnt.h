@@ -70,6 +70,12 @@ struct fuse_session;
  * or a signal, else a negative errno. */
 int mnt_spin_loop(struct fuse_session *se, int spin_us);
 
+/* Route se's output through a custom io that adds FUSE_HANDLE_KILLPRIV_V2
+ * to the INIT answer when the kernel offers it (mount/mnt_kpriv.c); after
+ * fuse_mount, before the loop.  0, or a negative errno (logged: the
+ * session then works as without). */
+int mnt_kpriv_take(struct fuse_session *se);
+
 /* The whole daemon; returns the process exit code. */
 int mnt_main(int argc, char **argv);
 

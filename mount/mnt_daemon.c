@@ -735,6 +735,7 @@ int mnt_main(int argc, char **argv)
 		rc = -EIO;
 		goto out_unmount;
 	}
+	mnt_kpriv_take(fuse_get_session(m->fuse)); /* without it: slower, as correct */
 	tell_parent(m, 0);
 	char where[PATH_MAX + 96];
 	choose_log(m, cmd.foreground, where, sizeof(where));
