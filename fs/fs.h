@@ -96,10 +96,11 @@ void fs_loop_ended(struct fs_ctx *fs);
  * with fs_after_reply_enable; in other threads (libfuse's own loop) that
  * work goes to a thread of the fs instead. */
 void fs_after_reply_enable(void);
+void fs_after_reply(void);
+
 /* The kernel took FUSE_HANDLE_KILLPRIV_V2 (mount/mnt_kpriv.c): from now on
  * the daemon clears setuid and setgid when files change (fs/fs_kpriv.c). */
 void fs_kpriv_enable(void);
-void fs_after_reply(void);
 
 /* The text of MOUNTPOINT/.dkvfs/stats: "key: value" lines (engine counters
  * then fs counters).  Returns the length (< cap, NUL-terminated). */

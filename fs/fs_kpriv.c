@@ -17,8 +17,9 @@
  * attributes, and it drops only size and times), and with this mount's
  * hour-long attribute timeout it would show the bits, and honour them at
  * exec on a -o suid mount: so after those the name's attributes are
- * dropped from its cache (fs_kpriv_settle, through fs_alias.c).  There are no file capabilities to clear: this
- * file system stores user.* attributes only (fs_xattr.c).
+ * dropped from its cache (fs_kpriv_settle, through fs_alias.c).  There are
+ * no file capabilities to clear: this file system stores user.* attributes
+ * only (fs_xattr.c).
  * Tests: tests/mount/test_suid.c. */
 #include <fuse.h>
 #include <stdatomic.h>
@@ -40,11 +41,6 @@ static __thread char *pending;
 void fs_kpriv_enable(void)
 {
 	atomic_store(&kpriv_on, true);
-}
-
-bool fs_kpriv_on(void)
-{
-	return atomic_load_explicit(&kpriv_on, memory_order_relaxed);
 }
 
 /* Does the thread that made this request hold CAP_FSETID? */
@@ -71,20 +67,20 @@ static bool caller_has_fsetid(void)
 	return has;
 }
 
-bool fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why)
+void fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why)
 {
 	uint32_t m = ino->rec.mode, kill = 0;
 
-	if (!fs_kpriv_on())
-		return false;
+	if (!atomic_load_explicit(&kpriv_on, memory_order_relaxed))
+		return;
 	if (why == FS_KPRIV_CHOWN ? S_ISDIR(m) : !S_ISREG(m))
-		return false;
+		return;
 	if (m & S_ISUID)
 		kill |= S_ISUID;
 	if ((m & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
 		kill |= S_ISGID;
 	if (!kill || (why == FS_KPRIV_DATA && caller_has_fsetid()))
-		return false;
+		return;
 	ino->rec.mode = m & ~kill;
 	ino->rec.ctime = fs_now_ns();
 	ino->dirty = true;
@@ -96,7 +92,6 @@ bool fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why)
 		else
 			free(p);
 	}
-	return true;
 }
 
 void fs_kpriv_settle(struct fs_ctx *fs)

@@ -93,8 +93,7 @@ int fs_op_removexattr(const char *path, const char *name);
  * truncate, O_TRUNC open, fallocate, copy_file_range) unless the caller
  * holds CAP_FSETID, CHOWN whoever asks. */
 enum fs_kpriv_why { FS_KPRIV_DATA, FS_KPRIV_CHOWN };
-bool fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why);
-bool fs_kpriv_on(void);
+void fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why);
 /* After a DATA change cleared them (mu released): have the kernel drop the
  * name's attributes, which its answer does not update. */
 void fs_kpriv_settle(struct fs_ctx *fs);

@@ -16,14 +16,12 @@
  * in fs/fs_ops.c asks for the flag (and libfuse's io_uring, which a custom
  * io turns off, stays available).
  * docs/fs.md, "Setuid and setgid". */
-#include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
