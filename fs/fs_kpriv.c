@@ -9,7 +9,10 @@
  *     regular file clears setuid, and setgid when the group may execute
  *     (setgid without it marks mandatory locking and stays), unless the
  *     caller holds CAP_FSETID — the kernel's rule (setattr_should_drop_suidgid);
- *   - a chown of anything but a directory clears them whoever asks.
+ *   - a chown of anything but a directory clears them whoever asks;
+ *     chown(f, -1, -1) too (fs_ops.c: when the caller owns the file or
+ *     is root), which comes as a SETATTR of nothing but the change time
+ *     and mount/mnt_kpriv.c hands on as that chown.
  * The caller's capability is read from /proc/TID/status, only when the
  * file has one of the bits (rare); unreadable counts as not held, which
  * clears: the safe side.  The kernel keeps the old mode after a WRITE,
@@ -81,6 +84,7 @@ void fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why)
 		kill |= S_ISGID;
 	if (!kill || (why == FS_KPRIV_DATA && caller_has_fsetid()))
 		return;
+
 	ino->rec.mode = m & ~kill;
 	ino->rec.ctime = fs_now_ns();
 	ino->dirty = true;

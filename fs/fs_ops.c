@@ -523,6 +523,17 @@ static int op_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
 static int do_chown(struct fs_ctx *fs, struct fs_inode *ino, const void *arg)
 {
 	const uint32_t *ug = arg;
+	uint32_t uid, gid;
+
+	if (ug[0] == (uint32_t)-1 && ug[1] == (uint32_t)-1) {
+		/* chown(f, -1, -1), or a write's file_remove_privs (both a
+		 * SETATTR of nothing, mount/mnt_kpriv.c).  Only the owner or
+		 * root changes anything: the kernel refuses others such a
+		 * chown (EPERM), and a writer's WRITE clears the bits itself. */
+		fs_op_caller(fs, &uid, &gid);
+		if (uid != 0 && uid != ino->rec.uid)
+			return 0;
+	}
 	if (ug[0] != (uint32_t)-1)
 		ino->rec.uid = ug[0];
 	if (ug[1] != (uint32_t)-1)

@@ -38,12 +38,37 @@ static uint64_t init_unique;
 static bool init_offered;
 static atomic_bool init_answered;
 
+/* chown(f, -1, -1) of a file: with the flag the kernel leaves clearing its
+ * setuid and setgid to the daemon, and sends a SETATTR that changes nothing
+ * but the change time (valid 0, or FATTR_CTIME with the writeback cache),
+ * which libfuse's high-level API passes to no operation: the bits stayed.
+ * Handed on as what it is, a chown that keeps owner and group (-1, -1), it
+ * reaches fs/fs_kpriv.c, which clears them and stamps ctime.  The other
+ * SETATTR of nothing (a write's file_remove_privs, by a caller without
+ * CAP_FSETID) wants the same. */
+static void ctime_alone_is_chown(struct fuse_in_header *h, ssize_t n)
+{
+	struct fuse_setattr_in *in = (void *)(h + 1);
+	const uint32_t nothing = FATTR_CTIME | FATTR_FH | FATTR_LOCKOWNER;
+
+	if (n < (ssize_t)(sizeof(*h) + sizeof(*in)) || h->opcode != FUSE_SETATTR ||
+	    (in->valid & ~nothing))
+		return;
+	in->valid |= FATTR_UID | FATTR_GID;
+	in->uid = (uint32_t)-1;
+	in->gid = (uint32_t)-1;
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = read(fd, buf, len);
-	const struct fuse_in_header *h = buf;
+	struct fuse_in_header *h = buf;
 
 	(void)userdata;
+	if (atomic_load(&init_answered) && init_offered) {
+		ctime_alone_is_chown(h, n);
+		return n;
+	}
 	if (n >= (ssize_t)(sizeof(*h) + offsetof(struct fuse_init_in, flags) + sizeof(uint32_t)) &&
 	    h->opcode == FUSE_INIT && !atomic_load(&init_answered)) {
 		const struct fuse_init_in *in = (const void *)(h + 1);

@@ -101,7 +101,8 @@ static void make(const char *path, unsigned mode)
  * (open(O_TRUNC) did not before the daemon took this over: the kernel left
  * it to the server and nobody did it); setgid without group execute stays;
  * root (CAP_FSETID) keeps them, root without CAP_FSETID does not; chown
- * clears them, also root's, but not a directory's.  The modes are stored:
+ * clears them, also root's, but not a directory's, and so does chown(f, -1,
+ * -1) by root or the owner (not by another user).  The modes are stored:
  * they are the same after a remount. */
 Test(suid, a_change_by_another_user_clears_setuid_and_setgid)
 {
@@ -142,6 +143,20 @@ Test(suid, a_change_by_another_user_clears_setuid_and_setgid)
 	cr_assert_eq(sh("mkdir %s/d && chmod 02777 %s/d && chown 65534 %s/d", MNT, MNT, MNT), 0);
 	snprintf(f, sizeof(f), "%s/d", MNT);
 	cr_assert_eq(mode_settled(f, 02777), 02777, "chown cleared a directory's setgid");
+	/* chown(f, -1, -1) comes as a SETATTR of nothing but the change time */
+	cr_assert_eq(sh("chown : %s", f), 0);
+	cr_assert_eq(mode_settled(f, 02777), 02777, "chown : cleared a directory's setgid");
+	snprintf(f, sizeof(f), "%s/same", MNT);
+	make(f, 06777);
+	cr_assert_eq(sh("chown : %s", f), 0);
+	cr_assert_eq(mode_settled(f, 0777), 0777, "chown : by root kept them");
+	make(f, 06777);
+	(void)sh("setpriv --reuid=65534 chown : %s", f); /* 0 here, EPERM on tmpfs */
+	usleep(100000);
+	cr_assert_eq(mode_settled(f, 06777), 06777, "chown : by uid 65534 cleared root's file's bits");
+	cr_assert_eq(sh("chown 65534 %s && chmod 06777 %s && setpriv --reuid=65534 chown : %s", f,
+			f, f), 0);
+	cr_assert_eq(mode_settled(f, 0777), 0777, "chown : by its owner (65534) kept them");
 
 	down();
 	cr_assert_eq(up("allow_other"), 0);
