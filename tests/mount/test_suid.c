@@ -193,3 +193,40 @@ Test(suid, writes_ask_for_capabilities_once_per_file)
 	cr_assert_eq(sh("test $(stat -c %%s %s) -eq %d", f, 200 * 4096), 0);
 	down();
 }
+
+/* With -o writeback_cache a write by root (who holds CAP_FSETID) goes to
+ * the page cache and reaches the daemon later, as a WRITE of the kernel's
+ * writeback (fi->writepage) with no caller to ask: it keeps the bits, as
+ * the kernel decided at write(2) time.  A write by uid 65534 skips the
+ * cache (the kernel sends a write that must clear the bits through at
+ * once) and clears them. */
+Test(suid, writeback_keeps_what_the_write_kept)
+{
+	char f[PATH_MAX + 16], src[PATH_MAX + 16], buf[65536];
+	int fd;
+
+	memset(buf, 'b', sizeof(buf));
+	cr_assert_eq(chmod(T, 0755), 0);
+	cr_assert_eq(up("allow_other,writeback_cache"), 0);
+	cr_assert_eq(chmod(MNT, 0777), 0);
+	snprintf(f, sizeof(f), "%s/wb", MNT);
+	make(f, 06777);
+	fd = open(f, O_WRONLY | O_APPEND);
+	cr_assert_geq(fd, 0);
+	for (int i = 0; i < 16; i++)
+		cr_assert_eq(write(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	cr_assert_eq(fsync(fd), 0); /* the writeback's WRITEs */
+	cr_assert_eq(close(fd), 0);
+	usleep(100000);
+	cr_assert_eq(mode_settled(f, 06777), 06777, "the writeback of root's write cleared the bits");
+	cr_assert_eq(sh("test $(stat -c %%s %s) -eq %d", f, 3 + 16 * 65536), 0);
+
+	snprintf(src, sizeof(src), "%s/src", MNT);
+	cr_assert_eq(sh("printf 'source\\n' > %s", src), 0);
+	cr_assert_eq(change_as_nobody(WRITE, f, src), 0);
+	cr_assert_eq(mode_settled(f, 0777), 0777, "a write by uid 65534 kept the bits");
+	down();
+	cr_assert_eq(up("allow_other,writeback_cache"), 0);
+	cr_assert_eq(mode_settled(f, 0777), 0777);
+	down();
+}
