@@ -99,8 +99,12 @@ void fs_after_reply_enable(void);
 void fs_after_reply(void);
 
 /* The kernel took FUSE_HANDLE_KILLPRIV_V2 (mount/mnt_kpriv.c): from now on
- * the daemon clears setuid and setgid when files change (fs/fs_kpriv.c). */
-void fs_kpriv_enable(void);
+ * the daemon clears setuid and setgid when files change (fs/fs_kpriv.c).
+ * drop_attrs, when given, has the kernel drop the cached attributes of the
+ * file the calling thread's request changes, before the request is
+ * answered; it returns false when it cannot (the name's attributes then go
+ * through fs_alias.c, a moment after the answer). */
+void fs_kpriv_enable(bool (*drop_attrs)(void));
 
 /* The text of MOUNTPOINT/.dkvfs/stats: "key: value" lines (engine counters
  * then fs counters).  Returns the length (< cap, NUL-terminated). */

@@ -19,8 +19,10 @@
  * FALLOCATE, COPY_FILE_RANGE or O_TRUNC OPEN (their answers carry no
  * attributes, and it drops only size and times), and with this mount's
  * hour-long attribute timeout it would show the bits, and honour them at
- * exec on a -o suid mount: so after those the name's attributes are
- * dropped from its cache (fs_kpriv_settle, through fs_alias.c).  There are
+ * exec on a -o suid mount: so after those the kernel is told to drop the
+ * file's attributes before the answer (fs_kpriv_settle: the mount's
+ * drop_attrs, which knows the request's inode), or, where that cannot be,
+ * the name's a moment after it (through fs_alias.c).  There are
  * no file capabilities to clear: this file system stores user.* attributes
  * only (fs_xattr.c).
  * Tests: tests/mount/test_suid.c. */
@@ -37,12 +39,14 @@
 #define CAP_FSETID_BIT 4 /* linux/capability.h's CAP_FSETID */
 
 static atomic_bool kpriv_on;
+static bool (*drop_attrs)(void); /* set before kpriv_on */
 /* the path whose attributes the kernel must drop once this request's
  * inode lock is released (fs_kpriv_settle) */
 static __thread char *pending;
 
-void fs_kpriv_enable(void)
+void fs_kpriv_enable(bool (*drop)(void))
 {
+	drop_attrs = drop;
 	atomic_store(&kpriv_on, true);
 }
 
@@ -102,7 +106,8 @@ void fs_kpriv_settle(struct fs_ctx *fs)
 {
 	if (!pending)
 		return;
-	fs_alias_uncache(fs, pending);
+	if (!drop_attrs || !drop_attrs())
+		fs_alias_uncache(fs, pending);
 	free(pending);
 	pending = NULL;
 }

@@ -60,7 +60,7 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	 * mount/mnt_kpriv.c adds it to the INIT answer) */
 	if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV_V2) {
 		conn->want |= FUSE_CAP_HANDLE_KILLPRIV_V2;
-		fs_kpriv_enable();
+		fs_kpriv_enable(NULL);
 	}
 #endif
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)

@@ -95,7 +95,8 @@ int fs_op_removexattr(const char *path, const char *name);
 enum fs_kpriv_why { FS_KPRIV_DATA, FS_KPRIV_CHOWN };
 void fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why);
 /* After a DATA change cleared them (mu released): have the kernel drop the
- * name's attributes, which its answer does not update. */
+ * file's attributes, which its answer does not update (before the answer
+ * through the mount's drop_attrs, else the name's through fs_alias.c). */
 void fs_kpriv_settle(struct fs_ctx *fs);
 
 /* fs_ops_space.c */

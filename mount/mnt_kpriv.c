@@ -59,13 +59,49 @@ static void ctime_alone_is_chown(struct fuse_in_header *h, ssize_t n)
 	in->gid = (uint32_t)-1;
 }
 
+/* The session, for drop_attrs; and the inode whose bytes the request this
+ * thread read last may change (0: none, or not known).  libfuse's loops
+ * and mount/mnt_spin.c serve a request in the thread that read it. */
+static struct fuse_session *kpriv_se;
+static __thread uint64_t req_node;
+
+static uint64_t changed_node(const struct fuse_in_header *h, ssize_t n)
+{
+	switch (h->opcode) {
+	case FUSE_WRITE:
+	case FUSE_FALLOCATE:
+	case FUSE_OPEN: /* O_TRUNC */
+	case FUSE_SETATTR:
+		return h->nodeid;
+	case FUSE_COPY_FILE_RANGE: /* the header names the source */
+		return n >= (ssize_t)(sizeof(*h) + sizeof(struct fuse_copy_file_range_in))
+			       ? ((const struct fuse_copy_file_range_in *)(h + 1))->nodeid_out
+			       : 0;
+	default:
+		return 0;
+	}
+}
+
+/* fs/fs_kpriv.c cleared setuid or setgid while serving this thread's
+ * request, whose answer carries no attributes: have the kernel drop the
+ * file's now, before the answer, so no stat or exec after the call sees
+ * the old bits.  Attributes only (offset -1): no page lock is taken, which
+ * the writing task may hold while it waits for this answer. */
+static bool drop_attrs(void)
+{
+	return req_node && !fuse_lowlevel_notify_inval_inode(kpriv_se, req_node, -1, 0);
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = read(fd, buf, len);
 	struct fuse_in_header *h = buf;
 
 	(void)userdata;
+	req_node = 0;
 	if (atomic_load(&init_answered) && init_offered) {
+		if (n >= (ssize_t)sizeof(*h))
+			req_node = changed_node(h, n);
 		ctime_alone_is_chown(h, n);
 		return n;
 	}
@@ -94,7 +130,7 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 			atomic_store(&init_answered, true);
 			if (init_offered) {
 				out->flags |= FUSE_HANDLE_KILLPRIV_V2;
-				fs_kpriv_enable(); /* before the kernel can send a WRITE */
+				fs_kpriv_enable(drop_attrs); /* before the kernel can send a WRITE */
 			} else {
 				dkv_info("the kernel does not offer FUSE_HANDLE_KILLPRIV_V2: it asks "
 					 "for security.capability before every write (fine, slower)");
@@ -111,16 +147,28 @@ static ssize_t io_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_
 	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
+/* A request spliced in (a large WRITE) is not seen here: its inode is not
+ * known, and fs_kpriv.c falls back to the name (fs_alias.c). */
+static ssize_t io_splice_in(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+			    unsigned int flags, void *userdata)
+{
+	req_node = 0;
+	return io_splice(fdin, offin, fdout, offout, len, flags, userdata);
+}
+
 int mnt_kpriv_take(struct fuse_session *se)
 {
 	/* splice_* given: without them libfuse would stop splicing */
 	static const struct fuse_custom_io io = {
 		.read = io_read,
 		.writev = io_writev,
-		.splice_receive = io_splice,
+		.splice_receive = io_splice_in,
 		.splice_send = io_splice,
 	};
-	int rc = fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	int rc;
+
+	kpriv_se = se;
+	rc = fuse_session_custom_io(se, &io, fuse_session_fd(se));
 
 	if (rc)
 		dkv_warn("cannot take FUSE_HANDLE_KILLPRIV_V2 (%s): the kernel will ask for "
