@@ -74,6 +74,17 @@ HERE=$(dirname "$(readlink -f "$0")")
 DKVFS=$BUILD/dkvfs
 [ -x "$DKVFS" ] || { echo "bench-fs: $DKVFS not built (make BUILD=$BUILD $DKVFS)" >&2; exit 1; }
 DKVFS=$(readlink -f "$DKVFS")
+# The bulk step's source tree and the passthrough's copy of it both live in
+# /dev/shm (NBULK inodes each), beside the other steps' trees: with too few
+# free inodes the passthrough's cp fails with ENOSPC, its column is NA, and
+# that is found out after minutes (a leftover million-file tree did it).
+need=$((2 * NBULK + 2 * NSMALL + NCREATE + 100000))
+free=$(df --output=iavail /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+if [ -n "$free" ] && [ "$free" -lt "$need" ]; then
+	echo "bench-fs: /dev/shm has $free free inodes and this run needs about $need" \
+	     "(NBULK=$NBULK): remove what is left there (ls /dev/shm) or set a smaller NBULK" >&2
+	exit 1
+fi
 
 BASE=$(mktemp -d /dev/shm/dkvfs-bench-fs.XXXXXX)
 SRC=$BASE/src          # source trees (tmpfs)
