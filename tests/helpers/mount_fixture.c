@@ -3,6 +3,7 @@
 #include "tests/helpers/time_scale.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -88,23 +89,9 @@ pid_t daemon_pid(void)
 	return (pid_t)atoi(buf);
 }
 
-void mt_setup(void)
-{
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	cr_assert_gt(n, 0);
-	exe[n] = 0;
-	for (int i = 0; i < 3; i++) /* BUILD/tests/mount/test_mount */
-		*strrchr(exe, '/') = 0;
-	snprintf(B, sizeof(B), "%s", exe);
-	snprintf(T, sizeof(T), "/tmp/dkvfs-mt.XXXXXX");
-	cr_assert_not_null(mkdtemp(T));
-	snprintf(MNT, sizeof(MNT), "%s/mnt", T);
-	cr_assert_eq(sh("mkdir -p %s/mnt %s/data %s/src", T, T, T), 0);
-	extra_node = 0;
-}
-
-void mt_teardown(void)
+/* Unmount everything below T, kill the daemon and the extra node, remove T:
+ * the teardown's work, also the watcher's (below). */
+static void clean_up_t(void)
 {
 	pid_t pid = daemon_pid();
 	sh("fusermount3 -u -z %s 2>/dev/null", MNT);
@@ -119,6 +106,66 @@ void mt_teardown(void)
 	/* the embedded node dies with its daemon (PDEATHSIG); wait for the lock */
 	sh("timeout 20 flock %s/data/lock true 2>/dev/null", T);
 	sh("rm -rf %s", T);
+}
+
+/* A test process that dies without its teardown (a crash, Criterion's
+ * timeout, a kill) would leave its mounts behind.  A watcher in a session
+ * of its own waits for the end of a pipe only the test process writes to
+ * (O_CLOEXEC: no daemon or shell it starts holds it) and then cleans up T.
+ * The teardown cleans up itself and kills the watcher. */
+static pid_t watcher;
+
+static void watch_for_death(void)
+{
+	int p[2];
+	char c;
+
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	watcher = fork();
+	cr_assert_geq(watcher, 0);
+	if (watcher == 0) {
+		/* keep stdio and the pipe's end: no descriptor of the test's
+		 * (Criterion's own pipes among them) outlives it here */
+		close(p[1]);
+		if (p[0] > 3)
+			close_range(3, (unsigned)p[0] - 1, 0);
+		close_range((unsigned)p[0] + 1, ~0u, 0);
+		setsid();
+		while (read(p[0], &c, 1) < 0 && errno == EINTR)
+			;
+		/* extra_node is the dead test's child: the kill still works */
+		if (access(T, F_OK) == 0)
+			clean_up_t();
+		_exit(0);
+	}
+	close(p[0]); /* p[1] stays open until this process ends */
+}
+
+void mt_setup(void)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	cr_assert_gt(n, 0);
+	exe[n] = 0;
+	for (int i = 0; i < 3; i++) /* BUILD/tests/mount/test_mount */
+		*strrchr(exe, '/') = 0;
+	snprintf(B, sizeof(B), "%s", exe);
+	snprintf(T, sizeof(T), "/tmp/dkvfs-mt.XXXXXX");
+	cr_assert_not_null(mkdtemp(T));
+	snprintf(MNT, sizeof(MNT), "%s/mnt", T);
+	cr_assert_eq(sh("mkdir -p %s/mnt %s/data %s/src", T, T, T), 0);
+	extra_node = 0;
+	watch_for_death();
+}
+
+void mt_teardown(void)
+{
+	clean_up_t();
+	if (watcher > 0) {
+		kill(watcher, SIGKILL);
+		waitpid(watcher, NULL, 0);
+		watcher = 0;
+	}
 }
 
 /* How much slower than a plain build the daemons run: scripts/run-tests.sh

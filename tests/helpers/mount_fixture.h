@@ -3,7 +3,8 @@
  * data_dir, T/src for generated trees), the build directory B, shell helpers,
  * mounting and unmounting build/dkvfs, and a fixture that always unmounts
  * and kills what a test started (fusermount3 -u -z, then SIGKILL), even when
- * an assertion fails.  Use it as
+ * an assertion fails, and, through a watcher process, when the test process
+ * dies without its teardown (tests/mount/test_fixture.c).  Use it as
  *     TestSuite(NAME, .init = mt_setup, .fini = mt_teardown, .timeout = 150);
  */
 #ifndef DKV_TESTS_MOUNT_FIXTURE_H
