@@ -78,7 +78,7 @@ void fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why)
 {
 	uint32_t m = ino->rec.mode, kill = 0;
 
-	if (!atomic_load_explicit(&kpriv_on, memory_order_relaxed))
+	if (!atomic_load_explicit(&kpriv_on, memory_order_acquire)) /* and drop_attrs */
 		return;
 	if (why == FS_KPRIV_CHOWN ? S_ISDIR(m) : !S_ISREG(m))
 		return;
@@ -88,7 +88,6 @@ void fs_kpriv_changed(struct fs_inode *ino, enum fs_kpriv_why why)
 		kill |= S_ISGID;
 	if (!kill || (why == FS_KPRIV_DATA && caller_has_fsetid()))
 		return;
-
 	ino->rec.mode = m & ~kill;
 	ino->rec.ctime = fs_now_ns();
 	ino->dirty = true;
